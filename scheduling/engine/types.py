@@ -1,0 +1,201 @@
+"""The engine's interface: a frozen snapshot goes in, a frozen cycle result comes out.
+
+Everything here is immutable so that the runtime can hand the same snapshot to a dry run and
+to the real cycle, and so that the engine can never change what it was given. Only optional
+fields with defaults may be added; nothing is renamed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final, Literal, TypeAlias
+
+# Queue policies (SCHEDULING.md "Words").
+BEST_EFFORT: Final = "best_effort"
+FIFO: Final = "fifo"
+
+# Placement policies of a pool.
+PACK: Final = "pack"
+SPREAD: Final = "spread"
+
+# Job states the engine understands.
+PENDING: Final = "pending"
+RUNNING: Final = "running"
+RELEASING: Final = "releasing"
+
+# Eviction rules named in Evict.rule / Shrink.rule.
+CONSOLIDATION: Final = "consolidation"
+RECLAIM: Final = "reclaim"
+PREEMPT: Final = "preempt"
+CHILD_PREEMPTION: Final = "child_preemption"
+SAME_LEVEL: Final = "same_level"
+SHRINK: Final = "shrink"
+
+# Reason codes of a pending job (SCHEDULING.md §5, docs/scheduling.md).
+QUOTA_LIMIT: Final = "quota_limit"
+GUARANTEED_ONLY: Final = "guaranteed_only"
+NO_FIT: Final = "no_fit"
+EXCEEDS_CLUSTER: Final = "exceeds_cluster"
+WAITING_FOR_EVICTION: Final = "waiting_for_eviction"
+QUEUE_BLOCKED: Final = "queue_blocked"
+INSUFFICIENT_CAPACITY: Final = "insufficient_capacity"
+UNKNOWN_QUOTA: Final = "unknown_quota"
+
+REASON_CODES: Final = (
+    QUOTA_LIMIT,
+    GUARANTEED_ONLY,
+    NO_FIT,
+    EXCEEDS_CLUSTER,
+    WAITING_FOR_EVICTION,
+    QUEUE_BLOCKED,
+    INSUFFICIENT_CAPACITY,
+    UNKNOWN_QUOTA,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node of the pool. cpu / memory_gib of 0 mean "not tracked" (no CPU/memory fit check)."""
+
+    name: str
+    gpus: int
+    cpu: float = 0
+    memory_gib: float = 0
+    ready: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """One node of the quota tree; `gpus` is the GPU guarantee."""
+
+    name: str
+    parent: str | None
+    gpus: float
+    cpu: float | None = None
+    memory_gib: float | None = None
+    limit: float | None = None  # GPU limit; None: unlimited
+    weight: float | None = None  # None means "equal to gpus"
+    rank: int = 0
+    child_preemption: bool = False
+    same_level_preemption: bool = False
+    queue_policy: str = BEST_EFFORT
+    min_runtime_seconds: float | None = None  # None inherits from the parent (root: 0)
+    created_order: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaPlacement:
+    """Where one replica runs: whole devices, or one device and the fraction used on it."""
+
+    node: str
+    devices: tuple[int, ...]
+    fraction: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job; `gpus`, `cpu` and `memory_gib` are per replica."""
+
+    id: str
+    quota: str
+    gpus: float
+    replicas: int = 1
+    min_replicas: int | None = None
+    priority: int = 5
+    preemptible: bool = True
+    cpu: float = 0
+    memory_gib: float = 0
+    submitted_at: float = 0
+    state: str = PENDING  # "pending" | "running" | "releasing"
+    started_at: float | None = None
+    placements: tuple[ReplicaPlacement, ...] = ()
+    grace_seconds: float = 0
+    workspace: str = ""
+    beneficiary: str | None = None  # for a releasing job: the job it is released for
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    nodes: tuple[Node, ...]
+    quotas: tuple[Quota, ...]
+    jobs: tuple[Job, ...]
+    now: float
+    placement: str = PACK
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """Start the job with these replicas (an elastic job: between min_replicas and replicas)."""
+
+    job_id: str
+    placements: tuple[ReplicaPlacement, ...]
+    kind: Literal["admit"] = "admit"
+
+
+@dataclass(frozen=True, slots=True)
+class Evict:
+    """The whole job goes back to the queue (after its grace period).
+
+    For consolidation the same result holds an Admit of the job right after (restart elsewhere).
+    """
+
+    job_id: str
+    rule: str
+    beneficiary: str | None
+    reason: str
+    kind: Literal["evict"] = "evict"
+
+
+@dataclass(frozen=True, slots=True)
+class Shrink:
+    """An elastic running job loses these replicas; the job keeps running."""
+
+    job_id: str
+    remove: tuple[ReplicaPlacement, ...]
+    rule: str
+    beneficiary: str | None
+    reason: str
+    kind: Literal["shrink"] = "shrink"
+
+
+@dataclass(frozen=True, slots=True)
+class Grow:
+    """An elastic running job gains replicas on idle capacity."""
+
+    job_id: str
+    add: tuple[ReplicaPlacement, ...]
+    kind: Literal["grow"] = "grow"
+
+
+Decision: TypeAlias = Admit | Evict | Shrink | Grow
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaStatus:
+    """GPU figures of one quota; `allocated` is the subtree, `allocated_self` its own jobs.
+
+    Releasing jobs still hold their GPUs and count as allocated; running / pending count jobs
+    of the subtree.
+    """
+
+    fair_share: float
+    allocated: float
+    allocated_self: float
+    saturation: float
+    running: int
+    pending: int
+    guaranteed: float
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    code: str
+    message: str
+    position: int  # 1-based, in its quota's queue
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    decisions: tuple[Decision, ...]
+    quotas: dict[str, QuotaStatus] = field(default_factory=dict)
+    pending: dict[str, PendingReason] = field(default_factory=dict)
