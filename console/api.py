@@ -1,0 +1,52 @@
+"""API pieces shared by every app: the error shape, token login, platform-admin permission."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from rest_framework import permissions, status
+from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView, exception_handler as drf_exception_handler
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """Services raise Django's ValidationError; the API answers it as a 400 naming the fields."""
+    if isinstance(exc, DjangoValidationError):
+        if hasattr(exc, "error_dict"):
+            detail: Any = {field: [str(m) for m in messages] for field, messages in exc.message_dict.items()}
+        else:
+            detail = {"non_field_errors": [str(m) for m in exc.messages]}
+        return Response(detail, status=status.HTTP_400_BAD_REQUEST)
+    return drf_exception_handler(exc, context)
+
+
+class IsPlatformAdmin(permissions.BasePermission):
+    """Platform admins are Django superusers: they run the whole cluster."""
+
+    message = "Only platform admins may do this."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return bool(request.user and request.user.is_authenticated and request.user.is_superuser)
+
+
+class PlatformAdminWritesOthersRead(permissions.BasePermission):
+    """Signed-in users read; only platform admins write."""
+
+    message = "Only platform admins may change this."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        if not (request.user and request.user.is_authenticated):
+            return False
+        return request.method in permissions.SAFE_METHODS or bool(request.user.is_superuser)
+
+
+class ObtainTokenView(ObtainAuthToken):
+    """POST {username, password} → {token}; the token then goes in `Authorization: Token …`."""
+
+    permission_classes = [permissions.AllowAny]
+
+    def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().post(request, *args, **kwargs)

@@ -1,0 +1,74 @@
+"""Validation of the environment values that can be malformed.
+
+Settings call these once at start; a bad value becomes one `ConfigError` sentence that
+`manage.py` and the launcher print instead of a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import environ
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+_DATABASE_SCHEMES = {"sqlite", "postgres", "postgresql", "pgsql", "postgis"}
+_REDIS_SCHEMES = {"redis", "rediss", "unix"}
+
+
+class ConfigError(Exception):
+    """A setting from the environment is unusable; the message is for a person."""
+
+
+def database_config(url: str, var_dir: Path) -> dict[str, Any]:
+    """Turn DATABASE_URL into Django's DATABASES entry; empty means a SQLite file in var/."""
+    if not url:
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(var_dir / "console.sqlite3"),
+            "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
+        }
+    parts = urlsplit(url)
+    if parts.scheme not in _DATABASE_SCHEMES:
+        raise ConfigError(
+            f"DATABASE_URL {url!r} is malformed: the scheme must be one of "
+            f"{', '.join(sorted(_DATABASE_SCHEMES))}, e.g. postgres://user@127.0.0.1:5432/name."
+        )
+    if parts.scheme != "sqlite" and (not parts.hostname or not parts.path.strip("/")):
+        raise ConfigError(
+            f"DATABASE_URL {url!r} is malformed: it needs a host and a database name, "
+            "e.g. postgres://user@127.0.0.1:5432/name."
+        )
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError(f"DATABASE_URL {url!r} is malformed: the port is not a number.") from None
+    del port
+    config: dict[str, Any] = environ.Env.db_url_config(url)
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        config.setdefault("OPTIONS", {}).update({"timeout": 20, "transaction_mode": "IMMEDIATE"})
+    else:
+        config["CONN_MAX_AGE"] = 60
+        config["CONN_HEALTH_CHECKS"] = True
+    return config
+
+
+def redis_url(url: str) -> str:
+    """Validate REDIS_URL. The launcher sets it to the embedded Redis when the user did not."""
+    if not url:
+        return DEFAULT_REDIS_URL
+    parts = urlsplit(url)
+    if parts.scheme not in _REDIS_SCHEMES:
+        raise ConfigError(
+            f"REDIS_URL {url!r} is malformed: the scheme must be redis://, rediss:// or unix://, "
+            "e.g. redis://127.0.0.1:6379/0."
+        )
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError(f"REDIS_URL {url!r} is malformed: the port is not a number.") from None
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ConfigError(f"REDIS_URL {url!r} is malformed: it names no host.")
+    del port
+    return url

@@ -1,0 +1,28 @@
+"""Template context every page needs: the navigation of the base layout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from django.urls import NoReverseMatch, reverse
+
+# (label, url name): pages register here as they arrive; missing ones are skipped.
+NAVIGATION = [
+    ("Dashboard", "dashboard"),
+    ("Resource Quotas", "quota-list"),
+    ("Workspaces", "workspace-list"),
+    ("Jobs", "job-list"),
+    ("API", "api-docs"),
+]
+
+
+def navigation(request: HttpRequest) -> dict[str, Any]:
+    items = []
+    for label, url_name in NAVIGATION:
+        try:
+            url = reverse(url_name)
+        except NoReverseMatch:
+            continue
+        items.append({"label": label, "url": url, "active": request.path == url})
+    return {"navigation": items}

@@ -1,0 +1,30 @@
+"""URL map: pages, the REST API under /api/v1/, the schema, health and the admin."""
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from console import api, views
+
+api_v1 = [
+    path("auth/token/", api.ObtainTokenView.as_view(), name="api-token"),
+    path("", include("console.api_urls")),
+    path("", include("quotas.api.urls")),
+    path("", include("workspaces.api.urls")),
+    path("", include("scheduling.api.urls")),
+]
+
+urlpatterns = [
+    path("", views.dashboard, name="dashboard"),
+    path("healthz", views.healthz, name="healthz"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include(api_v1)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("", include("quotas.urls")),
+    path("", include("workspaces.urls")),
+    path("", include("scheduling.urls")),
+]

@@ -1,0 +1,8 @@
+"""WSGI entry point (the console normally runs on ASGI; this serves plain HTTP hosts)."""
+
+import os
+
+from django.core.wsgi import get_wsgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+application = get_wsgi_application()

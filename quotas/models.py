@@ -1,0 +1,139 @@
+"""Resource pools, nodes and their GPU devices, the quota tree, and the audit log.
+
+The rules that span rows (children's guarantees within the parent's, names unique, no
+cycles) are enforced in `quotas.services`; the models hold the shape and per-row checks.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class PlacementPolicy(models.TextChoices):
+    PACK = "pack", "Pack (fullest node that fits)"
+    SPREAD = "spread", "Spread (emptiest node that fits)"
+
+
+class ResourcePool(models.Model):
+    """A set of nodes whose capacity one quota tree divides. One default pool for now."""
+
+    DEFAULT_NAME = "default"
+
+    name = models.CharField(max_length=100, unique=True)
+    placement = models.CharField(max_length=10, choices=PlacementPolicy.choices, default=PlacementPolicy.PACK)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class NodeState(models.TextChoices):
+    READY = "ready", "Ready"
+    DOWN = "down", "Down"
+
+
+class Node(models.Model):
+    pool = models.ForeignKey(ResourcePool, on_delete=models.PROTECT, related_name="nodes")
+    name = models.CharField(max_length=100, unique=True)
+    gpus = models.PositiveIntegerField()
+    cpu = models.FloatField(default=0)
+    memory_gib = models.FloatField(default=0)
+    gpu_model = models.CharField(max_length=100, blank=True, default="")
+    labels = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=10, choices=NodeState.choices, default=NodeState.READY)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(cpu__gte=0) & Q(memory_gib__gte=0), name="node_amounts_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class GpuDevice(models.Model):
+    """One physical GPU of a node; placements and live usage refer to it by (node, index)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
+    index = models.PositiveIntegerField()
+    model = models.CharField(max_length=100, blank=True, default="")
+
+    class Meta:
+        ordering = ["node_id", "index"]
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="device_index_unique_per_node")]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index}"
+
+
+class QueuePolicy(models.TextChoices):
+    BEST_EFFORT = "best_effort", "Best effort (skip a job that does not fit)"
+    FIFO = "fifo", "FIFO (a job that does not fit blocks the ones behind it)"
+
+
+class Quota(models.Model):
+    """A node of the quota tree; `gpus`, `cpu`, `memory_gib` are the guarantees."""
+
+    pool = models.ForeignKey(ResourcePool, on_delete=models.PROTECT, related_name="quotas")
+    name = models.CharField(max_length=100, unique=True)
+    parent = models.ForeignKey("self", on_delete=models.PROTECT, null=True, blank=True, related_name="children")
+    gpus = models.FloatField(default=0)
+    cpu = models.FloatField(null=True, blank=True)
+    memory_gib = models.FloatField(null=True, blank=True)
+    limit = models.FloatField(null=True, blank=True, help_text="GPU limit; none means no limit.")
+    weight = models.FloatField(null=True, blank=True, help_text="Over-quota weight; none follows gpus.")
+    rank = models.IntegerField(default=0)
+    child_preemption = models.BooleanField(default=False)
+    same_level_preemption = models.BooleanField(default=False)
+    queue_policy = models.CharField(max_length=20, choices=QueuePolicy.choices, default=QueuePolicy.BEST_EFFORT)
+    min_runtime_seconds = models.PositiveIntegerField(null=True, blank=True, help_text="None inherits the parent's.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(gpus__gte=0), name="quota_gpus_not_negative"),
+            models.CheckConstraint(condition=Q(cpu__isnull=True) | Q(cpu__gte=0), name="quota_cpu_not_negative"),
+            models.CheckConstraint(
+                condition=Q(memory_gib__isnull=True) | Q(memory_gib__gte=0), name="quota_memory_not_negative"
+            ),
+            models.CheckConstraint(condition=Q(limit__isnull=True) | Q(limit__gte=0), name="quota_limit_not_negative"),
+            models.CheckConstraint(condition=Q(weight__isnull=True) | Q(weight__gte=0), name="quota_weight_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def effective_weight(self) -> float:
+        """Idle capacity is lent in proportion to quota unless a weight is set."""
+        return self.gpus if self.weight is None else self.weight
+
+
+class AuditRecord(models.Model):
+    """Who changed what, when, with the state before and after; every app writes here."""
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    action = models.CharField(max_length=100)
+    object_type = models.CharField(max_length=100)
+    object_id = models.CharField(max_length=100, blank=True, default="")
+    object_repr = models.CharField(max_length=200, blank=True, default="")
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.action} {self.object_type} {self.object_repr}"
