@@ -177,3 +177,19 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# Beat's safety net: a scheduling cycle every few seconds, and the simulated executor's clock tick
+# (event triggers run cycles at once; these only catch what a lost trigger missed).
+CELERY_BEAT_SCHEDULE = {
+    "scheduling-cycle": {
+        "task": "scheduling.tasks.run_scheduling_cycle",
+        "schedule": SCHEDULER_BEAT_SECONDS,
+        "kwargs": {"trigger": "beat"},
+        "options": {"expires": SCHEDULER_BEAT_SECONDS},
+    },
+    "executor-tick": {
+        "task": "scheduling.tasks.executor_tick",
+        "schedule": env.float("EXECUTOR_TICK_SECONDS", default=1.0),
+        "options": {"expires": 2.0},
+    },
+}

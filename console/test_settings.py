@@ -1,0 +1,36 @@
+"""Settings for the test suite: the real ones, made safe to run in parallel.
+
+Each pytest-xdist worker gets its own Redis database, Celery queue and Channels prefix, so
+workers never see each other's heartbeats, locks or messages.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlsplit, urlunsplit
+
+from console.settings import *  # noqa: F403
+from console.settings import REDIS_URL as _CONFIGURED_REDIS_URL
+
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+_worker_index = int(_worker.removeprefix("gw") or 0)
+
+
+def _with_database(url: str, index: int) -> str:
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return url
+    return urlunsplit((parts.scheme, parts.netloc, f"/{index}", parts.query, parts.fragment))
+
+
+REDIS_URL = _with_database(_CONFIGURED_REDIS_URL, 1 + _worker_index % 15)
+CELERY_BROKER_URL = REDIS_URL
+CELERY_TASK_DEFAULT_QUEUE = f"console-test-{_worker}"
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": f"test-{_worker}"},
+    }
+}
+# Hashing passwords slowly protects real accounts, not test fixtures.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -1,0 +1,137 @@
+"""The run command on a fresh checkout: healthy, serving, supervised, and stopped cleanly.
+
+These start the real launcher (embedded Redis, migrations, demo, uvicorn, Celery worker and
+beat) from a copy of the working tree, as a newcomer would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from console.embedded_redis import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+HEALTHY_WITHIN_SECONDS = 180
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Launched:
+    process: subprocess.Popen[str]
+    port: int
+    checkout: Path
+
+
+def _fresh_checkout(target: Path) -> Path:
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    for name in files:
+        source = ROOT / name
+        if source.is_file():
+            destination = target / name
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            destination.write_bytes(source.read_bytes())
+    return target
+
+
+def _health(port: int) -> tuple[int, dict[str, str]]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=3) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return 0, {}
+
+
+@pytest.fixture
+def launched(tmp_path: Path) -> Iterator[Launched]:
+    checkout = _fresh_checkout(tmp_path / "checkout")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "PYTEST_XDIST_WORKER"}}
+    env.update({"PORT": str(port), "DJANGO_SETTINGS_MODULE": "console.settings", "PYTHONUNBUFFERED": "1",
+                "HEARTBEAT_SECONDS": "2", "SCHEDULER_BEAT_SECONDS": "2"})
+    process = subprocess.Popen(
+        [sys.executable, "-m", "console.launcher", "serve"],
+        cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )
+    launched = Launched(process=process, port=port, checkout=checkout)
+    try:
+        yield launched
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _wait_healthy(launched: Launched) -> dict[str, str]:
+    deadline = time.monotonic() + HEALTHY_WITHIN_SECONDS
+    body: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        if launched.process.poll() is not None:
+            output = launched.process.stdout.read() if launched.process.stdout else ""
+            pytest.fail(f"the launcher exited with {launched.process.returncode}:\n{output[-4000:]}")
+        status, body = _health(launched.port)
+        if status == 200:
+            return body
+        time.sleep(0.5)
+    pytest.fail(f"/healthz not ok within {HEALTHY_WITHIN_SECONDS} s: {body}")
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    return psutil.Process(pid).children(recursive=True)
+
+
+def test_comes_up_healthy_serves_pages_and_stops_cleanly_on_ctrl_c(launched: Launched) -> None:
+    body = _wait_healthy(launched)
+    assert body == {"status": "ok", "database": "ok", "redis": "ok", "worker": "ok", "beat": "ok"}
+    with urllib.request.urlopen(f"http://127.0.0.1:{launched.port}/login/", timeout=5) as page:
+        assert b"Sign in" in page.read()
+    with urllib.request.urlopen(f"http://127.0.0.1:{launched.port}/static/console/console.css", timeout=5) as css:
+        assert css.status == 200
+    assert (launched.checkout / "var" / "console.sqlite3").exists()
+    children = _descendants(launched.process.pid)
+    assert {"redis-server"} <= {child.name() for child in children}
+
+    launched.process.send_signal(signal.SIGINT)
+    assert launched.process.wait(timeout=60) == 0
+    _gone, alive = psutil.wait_procs(children, timeout=10)
+    assert alive == [], f"left running after Ctrl-C: {[p.cmdline() for p in alive]}"
+    assert _health(launched.port)[0] == 0
+
+
+def test_says_which_process_died_and_stops_the_rest(launched: Launched) -> None:
+    _wait_healthy(launched)
+    children = _descendants(launched.process.pid)
+    worker = next(c for c in children if "worker" in c.cmdline() and c.ppid() == launched.process.pid)
+    os.killpg(worker.pid, signal.SIGKILL)
+    assert launched.process.wait(timeout=60) == 1
+    output = launched.process.stdout.read() if launched.process.stdout else ""
+    assert "the worker process stopped" in output
+    _gone, alive = psutil.wait_procs(children, timeout=10)
+    assert alive == [], f"left running: {[p.cmdline() for p in alive]}"
+
+
+def test_unreachable_redis_stops_the_start_with_one_sentence(tmp_path: Path) -> None:
+    port = free_port()
+    env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{port}/0", "DJANGO_SETTINGS_MODULE": "console.settings"}
+    result = subprocess.run([sys.executable, "-m", "console.launcher", "serve"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith(f"console: error: Redis at redis://127.0.0.1:{port}/0 does not answer")
+    assert "Traceback" not in result.stderr
