@@ -9,7 +9,8 @@ from rest_framework import permissions, status
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView, exception_handler as drf_exception_handler
+from rest_framework.views import APIView
+from rest_framework.views import exception_handler as drf_exception_handler
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

@@ -11,6 +11,7 @@ Redis (unless REDIS_URL is set), failing when no test ran.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -87,12 +88,45 @@ def _prepare_database() -> None:
 def _process_table(port: int, host: str) -> dict[str, list[str]]:
     python = sys.executable
     return {
-        "web": [python, "-m", "uvicorn", "console.asgi:application", "--host", host, "--port", str(port),
-                "--lifespan", "off", "--no-access-log"],
-        "worker": [python, "-m", "celery", "-A", "console", "worker", "--loglevel", "INFO", "--concurrency", "2",
-                   "--hostname", f"worker-{os.getpid()}@%h"],
-        "beat": [python, "-m", "celery", "-A", "console", "beat", "--loglevel", "INFO",
-                 "--schedule", str(BASE_DIR / "var" / "celerybeat-schedule")],
+        "web": [
+            python,
+            "-m",
+            "uvicorn",
+            "console.asgi:application",
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--lifespan",
+            "off",
+            "--no-access-log",
+        ],
+        "worker": [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "console",
+            "worker",
+            "--loglevel",
+            "INFO",
+            "--concurrency",
+            "2",
+            "--hostname",
+            f"worker-{os.getpid()}@%h",
+        ],
+        "beat": [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "console",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(BASE_DIR / "var" / "celerybeat-schedule"),
+        ],
     }
 
 
@@ -119,22 +153,16 @@ class Supervisor:
         self.stopping = True
         for process in self.processes.values():
             if process.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
         deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
         for process in self.processes.values():
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
         # A group may outlive its leader (Celery's pool children): kill what is left of each group.
         for process in self.processes.values():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             if process.poll() is None:
                 process.wait()
 

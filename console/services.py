@@ -22,7 +22,7 @@ def create_user(
     user_model = get_user_model()
     if user_model.objects.filter(username=username).exists():
         raise ValidationError({"username": f"A user named {username!r} already exists."})
-    user: AbstractUser = user_model.objects.create_user(  # type: ignore[attr-defined]
+    user: AbstractUser = user_model.objects.create_user(
         username=username,
         password=password,
         email=email,

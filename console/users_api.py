@@ -35,9 +35,14 @@ class UserSerializer(serializers.ModelSerializer[AbstractUser]):
         )
 
 
-class UserViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class UserViewSet(
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet[AbstractUser],
+):
     serializer_class = UserSerializer
     permission_classes = [IsPlatformAdmin]
 
-    def get_queryset(self) -> QuerySet[Any]:
+    def get_queryset(self) -> QuerySet[AbstractUser]:
         return User.objects.order_by("id")

@@ -20,8 +20,9 @@ def record(
     after: dict[str, Any] | None = None,
 ) -> AuditRecord:
     """Write one audit record; anonymous or missing actors (the scheduler, a command) stay null."""
+    signed_in = actor if actor is not None and actor.is_authenticated else None
     return AuditRecord.objects.create(
-        actor=actor if actor is not None and actor.is_authenticated else None,
+        actor=signed_in,  # type: ignore[misc]  # the project uses Django's User; stubs see AbstractBaseUser
         action=action,
         object_type=object_type,
         object_id=str(object_id),

@@ -51,8 +51,12 @@ def test_platform_admin_creates_users(admin_client_api: APIClient) -> None:
         format="json",
     )
     assert response.status_code == 201, response.json()
-    assert response.json() == {"id": response.json()["id"], "username": "bob", "email": "bob@example.org",
-                               "is_platform_admin": False}
+    assert response.json() == {
+        "id": response.json()["id"],
+        "username": "bob",
+        "email": "bob@example.org",
+        "is_platform_admin": False,
+    }
     bob = get_user_model().objects.get(username="bob")
     assert bob.check_password("long-enough-pw")
     assert AuditRecord.objects.filter(action="user.create", object_repr="bob").exists()
@@ -89,8 +93,13 @@ def test_session_login_and_logout_pages(make_user: Callable[..., AbstractUser], 
 
 def test_createsuperuser_noinput_reads_the_environment() -> None:
     # Run against a throwaway SQLite file so the command's own connection sees its own database.
-    env = {**os.environ, "DJANGO_SUPERUSER_USERNAME": "root", "DJANGO_SUPERUSER_PASSWORD": "s3cret-pass!",
-           "DJANGO_SUPERUSER_EMAIL": "root@example.org", "DJANGO_SETTINGS_MODULE": "console.settings"}
+    env = {
+        **os.environ,
+        "DJANGO_SUPERUSER_USERNAME": "root",
+        "DJANGO_SUPERUSER_PASSWORD": "s3cret-pass!",
+        "DJANGO_SUPERUSER_EMAIL": "root@example.org",
+        "DJANGO_SETTINGS_MODULE": "console.settings",
+    }
     env.pop("DATABASE_URL", None)
     with_tmp = {**env, "DATABASE_URL": f"sqlite:///{ROOT / 'var' / 'createsuperuser-test.sqlite3'}"}
     (ROOT / "var").mkdir(exist_ok=True)
@@ -98,14 +107,29 @@ def test_createsuperuser_noinput_reads_the_environment() -> None:
     db_file.unlink(missing_ok=True)
     try:
         for command in (["migrate", "--noinput"], ["createsuperuser", "--noinput"]):
-            result = subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=with_tmp,
-                                    capture_output=True, text=True, timeout=180)
+            result = subprocess.run(
+                [sys.executable, "manage.py", *command],
+                cwd=ROOT,
+                env=with_tmp,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
             assert result.returncode == 0, result.stderr
         check = subprocess.run(
-            [sys.executable, "manage.py", "shell", "-c",
-             "from django.contrib.auth.models import User; u = User.objects.get(username='root'); "
-             "print(u.is_superuser, u.check_password('s3cret-pass!'))"],
-            cwd=ROOT, env=with_tmp, capture_output=True, text=True, timeout=60,
+            [
+                sys.executable,
+                "manage.py",
+                "shell",
+                "-c",
+                "from django.contrib.auth.models import User; u = User.objects.get(username='root'); "
+                "print(u.is_superuser, u.check_password('s3cret-pass!'))",
+            ],
+            cwd=ROOT,
+            env=with_tmp,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert check.stdout.strip().splitlines()[-1] == "True True"
     finally:

@@ -63,11 +63,22 @@ def launched(tmp_path: Path) -> Iterator[Launched]:
     checkout = _fresh_checkout(tmp_path / "checkout")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "PYTEST_XDIST_WORKER"}}
-    env.update({"PORT": str(port), "DJANGO_SETTINGS_MODULE": "console.settings", "PYTHONUNBUFFERED": "1",
-                "HEARTBEAT_SECONDS": "2", "SCHEDULER_BEAT_SECONDS": "2"})
+    env.update(
+        {
+            "PORT": str(port),
+            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "PYTHONUNBUFFERED": "1",
+            "HEARTBEAT_SECONDS": "2",
+            "SCHEDULER_BEAT_SECONDS": "2",
+        }
+    )
     process = subprocess.Popen(
         [sys.executable, "-m", "console.launcher", "serve"],
-        cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=checkout,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
     )
     launched = Launched(process=process, port=port, checkout=checkout)
@@ -130,8 +141,14 @@ def test_says_which_process_died_and_stops_the_rest(launched: Launched) -> None:
 def test_unreachable_redis_stops_the_start_with_one_sentence(tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{port}/0", "DJANGO_SETTINGS_MODULE": "console.settings"}
-    result = subprocess.run([sys.executable, "-m", "console.launcher", "serve"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "console.launcher", "serve"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert result.stderr.strip().startswith(f"console: error: Redis at redis://127.0.0.1:{port}/0 does not answer")
     assert "Traceback" not in result.stderr

@@ -30,13 +30,20 @@ DEMO_USERS: list[tuple[str, str, bool, dict[str, str]]] = [
     ("erin", "erin-demo", False, {"workspace-c": "developer"}),
     ("victor", "victor-demo", False, {"workspace-b": "visitor"}),
 ]
-DEMO_WORKSPACES = {"workspace-a": "Team A: inference services", "workspace-b": "Team B: training",
-                   "workspace-c": "Team C: training and notebooks"}
+DEMO_WORKSPACES = {
+    "workspace-a": "Team A: inference services",
+    "workspace-b": "Team B: training",
+    "workspace-c": "Team C: training and notebooks",
+}
 DEMO_BINDINGS = {"workspace-a": ["Quota1"], "workspace-b": ["Quota1.1"], "workspace-c": ["Quota1.2"]}
 # (owner, workspace, quota, job fields)
 DEMO_JOBS: list[tuple[str, str, str, dict[str, Any]]] = [
-    ("dave", "workspace-b", "Quota1.1",
-     {"name": "train-b", "kind": "training", "gpus": 8, "replicas": 6, "min_replicas": 4}),
+    (
+        "dave",
+        "workspace-b",
+        "Quota1.1",
+        {"name": "train-b", "kind": "training", "gpus": 8, "replicas": 6, "min_replicas": 4},
+    ),
     ("erin", "workspace-c", "Quota1.2", {"name": "dev-c", "kind": "notebook", "gpus": 1}),
     ("erin", "workspace-c", "Quota1.2", {"name": "train-c", "kind": "training", "gpus": 8, "replicas": 8}),
     ("carol", "workspace-c", "Quota1.2", {"name": "finetune-c", "kind": "training", "gpus": 4, "duration": 900}),
@@ -72,7 +79,9 @@ class Command(BaseCommand):
             quota_services.create_quota(actor=admin, name="Quota1.2", parent=root, gpus=80)
             workspaces = {
                 name: workspace_services.create_workspace(
-                    actor=admin, name=name, description=description,
+                    actor=admin,
+                    name=name,
+                    description=description,
                     quotas=list(Quota.objects.filter(name__in=DEMO_BINDINGS[name])),
                 )
                 for name, description in DEMO_WORKSPACES.items()
@@ -84,9 +93,13 @@ class Command(BaseCommand):
                     )
             for owner, workspace_name, quota_name, fields in DEMO_JOBS:
                 job_services.submit_job(
-                    actor=users[owner], workspace=workspaces[workspace_name],
-                    quota=Quota.objects.get(name=quota_name), **fields,
+                    actor=users[owner],
+                    workspace=workspaces[workspace_name],
+                    quota=Quota.objects.get(name=quota_name),
+                    **fields,
                 )
-        self.stdout.write(self.style.SUCCESS(
-            f"demo: {len(users)} users, 16 nodes × 8 GPUs, 3 quotas, 3 workspaces, {len(DEMO_JOBS)} jobs"
-        ))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"demo: {len(users)} users, 16 nodes × 8 GPUs, 3 quotas, 3 workspaces, {len(DEMO_JOBS)} jobs"
+            )
+        )
