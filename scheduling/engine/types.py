@@ -112,6 +112,7 @@ class Job:
     grace_seconds: float = 0
     workspace: str = ""
     beneficiary: str | None = None  # for a releasing job: the job it is released for
+    evicted_at: float | None = None  # for a releasing job: when its grace period began
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,38 @@
+"""Small ordering policies and message formatting, kept apart so each rule reads on its own."""
+
+from __future__ import annotations
+
+from scheduling.engine.fairshare import MILLI
+from scheduling.engine.types import Job
+
+# Preference between victim kinds (SCHEDULING.md §3): reclaim, then preempt, child-level,
+# same-level.
+RULE_ORDER = {"reclaim": 0, "preempt": 1, "child_preemption": 2, "same_level": 3}
+
+# Finite stand-in for "infinitely saturated" (fair share 0, something allocated) so that the
+# figure stays valid JSON.
+SATURATED = 1_000_000.0
+
+
+def queue_key(job: Job, index: int) -> tuple[int, float, int]:
+    """Inside a quota: priority high first, then oldest submission, then snapshot order."""
+    return (-job.priority, job.submitted_at, index)
+
+
+def victim_key(job: Job, index: int) -> tuple[int, float, float, int]:
+    """Victims: lowest priority first, then most recently started (then submitted)."""
+    started = job.started_at if job.started_at is not None else job.submitted_at
+    return (job.priority, -started, -job.submitted_at, -index)
+
+
+def saturation(allocated: int, fair_share: int) -> float:
+    if fair_share > 0:
+        return allocated / fair_share
+    return 0.0 if allocated <= 0 else SATURATED
+
+
+def gpus(milli: int) -> str:
+    """GPU figure as a person writes it: 48, 0.5, 2.25."""
+    if milli % MILLI == 0:
+        return str(milli // MILLI)
+    return f"{milli / MILLI:g}"
