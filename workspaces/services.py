@@ -1,0 +1,524 @@
+"""Every write to workspaces: members, roles, quota bindings and the Scheduling Configurations.
+
+Each function runs in one transaction, checks that the actor may do it (`actor=None` is the
+system: a scenario, a management command) and writes an audit record. A membership's
+capabilities are mirrored into guardian object permissions on the workspace here, in the same
+transaction, which is what lets `workspaces.permissions.restrict` answer with one query.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, TypedDict
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Permission
+from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.db.models import ProtectedError
+
+from quotas import audit
+from quotas.models import Quota
+from workspaces.models import (
+    CAPABILITIES,
+    CAPABILITY_CODENAMES,
+    ROLE_PERMISSIONS,
+    BasicRole,
+    Cap,
+    CustomRole,
+    Membership,
+    QuotaBinding,
+    SchedulingRule,
+    Workspace,
+    WorkspaceUserPermission,
+)
+from workspaces.permissions import can, denial_reason, role_capabilities
+
+Actor = AbstractBaseUser | AnonymousUser | None
+
+
+class CapSpec(TypedDict, total=False):
+    priority_min: int
+    priority_max: int
+    max_gpus_per_job: float | None
+    max_gpus_per_user: float | None
+
+
+class RuleSpec(TypedDict, total=False):
+    """One rule as the API and the page send it: quota, roles and users by name."""
+
+    quota: str
+    roles: list[str]
+    non_members: bool
+    authorized_users: list[str]
+    caps: list[CapSpec]
+
+
+# --- workspaces and bindings -------------------------------------------------------------------
+
+
+@transaction.atomic
+def create_workspace(*, actor: Actor, name: str, description: str = "", quotas: Iterable[Quota] = ()) -> Workspace:
+    _require_platform_admin(actor, "create workspaces")
+    name = name.strip()
+    if not name:
+        raise ValidationError({"name": "A workspace needs a name."})
+    if Workspace.objects.filter(name=name).exists():
+        raise ValidationError({"name": f"A workspace named {name!r} already exists."})
+    workspace = Workspace.objects.create(name=name, description=description)
+    bound = _unique_quotas(quotas)
+    QuotaBinding.objects.bulk_create([QuotaBinding(workspace=workspace, quota=quota) for quota in bound])
+    audit.record(
+        actor=actor,
+        action="workspace.create",
+        object_type="workspace",
+        object_id=workspace.pk,
+        object_repr=workspace.name,
+        after=_workspace_state(workspace),
+    )
+    return workspace
+
+
+@transaction.atomic
+def update_workspace(
+    *,
+    actor: Actor,
+    workspace: Workspace,
+    name: str | None = None,
+    description: str | None = None,
+    quotas: Iterable[Quota] | None = None,
+) -> Workspace:
+    """Workspace admins edit the description; renaming and binding quotas are the platform's."""
+    workspace = Workspace.objects.select_for_update().get(pk=workspace.pk)
+    before = _workspace_state(workspace)
+    renamed = name is not None and name.strip() != workspace.name
+    rebound = quotas is not None and {quota.pk for quota in quotas} != set(
+        workspace.bindings.values_list("quota_id", flat=True)
+    )
+    if renamed or rebound:
+        _require_platform_admin(actor, "rename workspaces or bind quotas to them")
+    if description is not None and description != workspace.description:
+        _require(actor, "manage", workspace)
+        workspace.description = description
+    if renamed and name is not None:
+        name = name.strip()
+        if not name:
+            raise ValidationError({"name": "A workspace needs a name."})
+        if Workspace.objects.filter(name=name).exclude(pk=workspace.pk).exists():
+            raise ValidationError({"name": f"A workspace named {name!r} already exists."})
+        workspace.name = name
+    workspace.save()
+    if rebound and quotas is not None:
+        wanted = {quota.pk: quota for quota in _unique_quotas(quotas)}
+        current = set(workspace.bindings.values_list("quota_id", flat=True))
+        for quota_id in current - wanted.keys():
+            _unbind(workspace, quota_id)
+        QuotaBinding.objects.bulk_create(
+            [QuotaBinding(workspace=workspace, quota=wanted[quota_id]) for quota_id in wanted.keys() - current]
+        )
+    audit.record(
+        actor=actor,
+        action="workspace.update",
+        object_type="workspace",
+        object_id=workspace.pk,
+        object_repr=workspace.name,
+        before=before,
+        after=_workspace_state(workspace),
+    )
+    return workspace
+
+
+@transaction.atomic
+def delete_workspace(*, actor: Actor, workspace: Workspace) -> None:
+    _require_platform_admin(actor, "delete workspaces")
+    before = _workspace_state(workspace)
+    workspace_id, workspace_name = workspace.pk, workspace.name
+    try:
+        workspace.delete()
+    except ProtectedError as error:
+        raise ValidationError(
+            {
+                "workspace": f"{workspace_name} still has {len(error.protected_objects)} jobs; "
+                "cancel or remove them first."
+            }
+        ) from error
+    audit.record(
+        actor=actor,
+        action="workspace.delete",
+        object_type="workspace",
+        object_id=workspace_id,
+        object_repr=workspace_name,
+        before=before,
+    )
+
+
+@transaction.atomic
+def bind_quota(*, actor: Actor, workspace: Workspace, quota: Quota) -> QuotaBinding:
+    _require_platform_admin(actor, "bind quotas to workspaces")
+    if QuotaBinding.objects.filter(workspace=workspace, quota=quota).exists():
+        raise ValidationError({"quota": f"{quota.name} is already bound to {workspace.name}."})
+    binding = QuotaBinding.objects.create(workspace=workspace, quota=quota)
+    audit.record(
+        actor=actor,
+        action="workspace.bind_quota",
+        object_type="workspace",
+        object_id=workspace.pk,
+        object_repr=workspace.name,
+        after={"quota": quota.name},
+    )
+    return binding
+
+
+@transaction.atomic
+def unbind_quota(*, actor: Actor, workspace: Workspace, quota: Quota) -> None:
+    """The workspace's rules for that quota go with the binding; running jobs are left alone."""
+    _require_platform_admin(actor, "unbind quotas from workspaces")
+    if not QuotaBinding.objects.filter(workspace=workspace, quota=quota).exists():
+        raise ValidationError({"quota": f"{quota.name} is not bound to {workspace.name}."})
+    _unbind(workspace, quota.pk)
+    audit.record(
+        actor=actor,
+        action="workspace.unbind_quota",
+        object_type="workspace",
+        object_id=workspace.pk,
+        object_repr=workspace.name,
+        before={"quota": quota.name},
+    )
+
+
+# --- members -----------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def add_member(*, actor: Actor, workspace: Workspace, user: AbstractBaseUser, role: str) -> Membership:
+    _require(actor, "manage", workspace)
+    _validate_role(workspace, role)
+    if Membership.objects.filter(workspace=workspace, user_id=user.pk).exists():
+        raise ValidationError({"user": f"{user.get_username()} is already a member of {workspace.name}."})
+    membership = Membership.objects.create(workspace=workspace, user_id=user.pk, role=role)
+    _grant(membership)
+    audit.record(
+        actor=actor,
+        action="workspace.add_member",
+        object_type="workspace",
+        object_id=workspace.pk,
+        object_repr=workspace.name,
+        after={"user": user.get_username(), "role": role},
+    )
+    return membership
+
+
+@transaction.atomic
+def change_member_role(*, actor: Actor, membership: Membership, role: str) -> Membership:
+    workspace = membership.workspace
+    _require(actor, "manage", workspace)
+    _validate_role(workspace, role)
+    membership = Membership.objects.select_for_update().select_related("user").get(pk=membership.pk)
+    before = {"user": membership.user.get_username(), "role": membership.role}
+    membership.role = role
+    membership.save(update_fields=["role"])
+    _grant(membership)
+    audit.record(
+        actor=actor,
+        action="workspace.change_member_role",
+        object_type="workspace",
+        object_id=workspace.pk,
+        object_repr=workspace.name,
+        before=before,
+        after={"user": membership.user.get_username(), "role": role},
+    )
+    return membership
+
+
+@transaction.atomic
+def remove_member(*, actor: Actor, membership: Membership) -> None:
+    workspace = membership.workspace
+    _require(actor, "manage", workspace)
+    before = {"user": membership.user.get_username(), "role": membership.role}
+    WorkspaceUserPermission.objects.filter(content_object=workspace, user_id=membership.user_id).delete()
+    membership.delete()
+    audit.record(
+        actor=actor,
+        action="workspace.remove_member",
+        object_type="workspace",
+        object_id=workspace.pk,
+        object_repr=workspace.name,
+        before=before,
+    )
+
+
+# --- custom roles ------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def create_custom_role(*, actor: Actor, workspace: Workspace, name: str, permissions: Sequence[str]) -> CustomRole:
+    _require(actor, "manage", workspace)
+    name = name.strip()
+    if not name:
+        raise ValidationError({"name": "A role needs a name."})
+    if name in ROLE_PERMISSIONS:
+        raise ValidationError({"name": f"{name!r} is a basic role; pick another name for a custom role."})
+    if CustomRole.objects.filter(workspace=workspace, name=name).exists():
+        raise ValidationError({"name": f"{workspace.name} already has a role named {name!r}."})
+    role = CustomRole.objects.create(workspace=workspace, name=name, permissions=_validate_capabilities(permissions))
+    audit.record(
+        actor=actor,
+        action="workspace.create_role",
+        object_type="workspace",
+        object_id=workspace.pk,
+        object_repr=workspace.name,
+        after={"role": name, "permissions": role.permissions},
+    )
+    return role
+
+
+@transaction.atomic
+def update_custom_role(*, actor: Actor, role: CustomRole, permissions: Sequence[str]) -> CustomRole:
+    """Members holding the role get the new capabilities at once."""
+    workspace = role.workspace
+    _require(actor, "manage", workspace)
+    role = CustomRole.objects.select_for_update().get(pk=role.pk)
+    before = {"role": role.name, "permissions": role.permissions}
+    role.permissions = _validate_capabilities(permissions)
+    role.save(update_fields=["permissions"])
+    for membership in Membership.objects.filter(workspace=workspace, role=role.name):
+        _grant(membership)
+    audit.record(
+        actor=actor,
+        action="workspace.update_role",
+        object_type="workspace",
+        object_id=workspace.pk,
+        object_repr=workspace.name,
+        before=before,
+        after={"role": role.name, "permissions": role.permissions},
+    )
+    return role
+
+
+@transaction.atomic
+def delete_custom_role(*, actor: Actor, role: CustomRole) -> None:
+    workspace = role.workspace
+    _require(actor, "manage", workspace)
+    holders = Membership.objects.filter(workspace=workspace, role=role.name).count()
+    if holders:
+        raise ValidationError(
+            {"name": f"{holders} members of {workspace.name} hold role {role.name!r}; change them first."}
+        )
+    naming_rules = [rule for rule in SchedulingRule.objects.filter(workspace=workspace) if role.name in rule.roles]
+    if naming_rules:
+        raise ValidationError(
+            {
+                "name": f"{len(naming_rules)} scheduling rules of {workspace.name} name role {role.name!r}; "
+                "edit them first."
+            }
+        )
+    before = {"role": role.name, "permissions": role.permissions}
+    role.delete()
+    audit.record(
+        actor=actor,
+        action="workspace.delete_role",
+        object_type="workspace",
+        object_id=workspace.pk,
+        object_repr=workspace.name,
+        before=before,
+    )
+
+
+# --- scheduling configuration ------------------------------------------------------------------
+
+
+@transaction.atomic
+def set_scheduling_config(*, actor: Actor, workspace: Workspace, rules: Sequence[RuleSpec]) -> list[SchedulingRule]:
+    """Replace all of the workspace's rules at once; nothing changes unless every rule is valid."""
+    _require(actor, "manage", workspace)
+    Workspace.objects.select_for_update().get(pk=workspace.pk)
+    resolved = _resolve_rules(workspace, rules)
+    before = scheduling_config(workspace)
+    SchedulingRule.objects.filter(workspace=workspace).delete()
+    created: list[SchedulingRule] = []
+    for position, (spec, quota, users) in enumerate(resolved):
+        rule = SchedulingRule.objects.create(
+            workspace=workspace,
+            quota=quota,
+            roles=list(dict.fromkeys(spec.get("roles", []))),
+            non_members=bool(spec.get("non_members", False)),
+            position=position,
+        )
+        rule.authorized_users.set([user.pk for user in users])
+        Cap.objects.bulk_create(
+            [
+                Cap(
+                    rule=rule,
+                    priority_min=cap["priority_min"],
+                    priority_max=cap["priority_max"],
+                    max_gpus_per_job=cap.get("max_gpus_per_job"),
+                    max_gpus_per_user=cap.get("max_gpus_per_user"),
+                )
+                for cap in spec.get("caps", [])
+            ]
+        )
+        created.append(rule)
+    audit.record(
+        actor=actor,
+        action="workspace.set_scheduling_config",
+        object_type="workspace",
+        object_id=workspace.pk,
+        object_repr=workspace.name,
+        before={"rules": before},
+        after={"rules": scheduling_config(workspace)},
+    )
+    return created
+
+
+def scheduling_config(workspace: Workspace) -> list[dict[str, Any]]:
+    """The rules in the API's shape (names, not ids); used for the audit log and the API."""
+    rules = (
+        SchedulingRule.objects.filter(workspace=workspace)
+        .select_related("quota")
+        .prefetch_related("caps", "authorized_users")
+    )
+    return [
+        {
+            "quota": rule.quota.name,
+            "roles": list(rule.roles),
+            "non_members": rule.non_members,
+            "authorized_users": sorted(user.get_username() for user in rule.authorized_users.all()),
+            "caps": [
+                {
+                    "priority_min": cap.priority_min,
+                    "priority_max": cap.priority_max,
+                    "max_gpus_per_job": cap.max_gpus_per_job,
+                    "max_gpus_per_user": cap.max_gpus_per_user,
+                }
+                for cap in rule.caps.all()
+            ],
+        }
+        for rule in rules
+    ]
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def _resolve_rules(
+    workspace: Workspace, rules: Sequence[RuleSpec]
+) -> list[tuple[RuleSpec, Quota, list[AbstractBaseUser]]]:
+    bound = {quota.name: quota for quota in workspace.quotas.all()}
+    known_roles = set(ROLE_PERMISSIONS) | set(workspace.custom_roles.values_list("name", flat=True))
+    usernames = {name for spec in rules for name in spec.get("authorized_users", [])}
+    user_model = get_user_model()
+    users = {user.get_username(): user for user in user_model.objects.filter(**{"username__in": usernames})}
+    errors: dict[str, str] = {}
+    resolved: list[tuple[RuleSpec, Quota, list[AbstractBaseUser]]] = []
+    for index, spec in enumerate(rules):
+        at = f"rules[{index}]"
+        quota = bound.get(spec.get("quota", ""))
+        if quota is None:
+            errors[f"{at}.quota"] = (
+                f"quota {spec.get('quota')!r} is not bound to {workspace.name} "
+                f"(bound quotas: {', '.join(sorted(bound)) or 'none'})"
+            )
+        for role in spec.get("roles", []):
+            if role not in known_roles:
+                errors[f"{at}.roles"] = (
+                    f"unknown role {role!r}; roles of {workspace.name}: {', '.join(sorted(known_roles))}"
+                )
+            elif role == BasicRole.VISITOR:
+                errors[f"{at}.roles"] = "visitors read only; they cannot be allowed to use a quota"
+        unknown_users = [name for name in spec.get("authorized_users", []) if name not in users]
+        if unknown_users:
+            errors[f"{at}.authorized_users"] = f"unknown users: {', '.join(sorted(unknown_users))}"
+        for cap_index, cap in enumerate(spec.get("caps", [])):
+            errors.update(_cap_errors(f"{at}.caps[{cap_index}]", cap))
+        if quota is not None:
+            resolved.append((spec, quota, [users[name] for name in spec.get("authorized_users", []) if name in users]))
+    if errors:
+        raise ValidationError(errors)
+    return resolved
+
+
+def _cap_errors(at: str, cap: CapSpec) -> dict[str, str]:
+    errors: dict[str, str] = {}
+    low, high = cap.get("priority_min"), cap.get("priority_max")
+    for field, value in (("priority_min", low), ("priority_max", high)):
+        if value is None:
+            errors[f"{at}.{field}"] = f"{field} is required (1-9)"
+        elif not 1 <= value <= 9:
+            errors[f"{at}.{field}"] = f"{field} must lie in 1-9, got {value}"
+    if low is not None and high is not None and low > high and f"{at}.priority_min" not in errors:
+        errors[f"{at}.priority_min"] = f"priority_min {low} is above priority_max {high}"
+    for field, amount in (
+        ("max_gpus_per_job", cap.get("max_gpus_per_job")),
+        ("max_gpus_per_user", cap.get("max_gpus_per_user")),
+    ):
+        if amount is not None and amount < 0:
+            errors[f"{at}.{field}"] = f"{field} must be at least 0, got {amount:g}"
+    if cap.get("max_gpus_per_job") is None and cap.get("max_gpus_per_user") is None:
+        errors[f"{at}.max_gpus_per_job"] = "a cap needs max_gpus_per_job, max_gpus_per_user or both"
+    return errors
+
+
+def _validate_role(workspace: Workspace, role: str) -> None:
+    if role in ROLE_PERMISSIONS or CustomRole.objects.filter(workspace=workspace, name=role).exists():
+        return
+    custom = list(workspace.custom_roles.values_list("name", flat=True))
+    raise ValidationError(
+        {"role": f"unknown role {role!r} in {workspace.name}; roles: {', '.join([*ROLE_PERMISSIONS, *custom])}"}
+    )
+
+
+def _validate_capabilities(permissions: Sequence[str]) -> list[str]:
+    unknown = [permission for permission in permissions if permission not in CAPABILITIES]
+    if unknown:
+        raise ValidationError(
+            {"permissions": f"unknown permissions: {', '.join(unknown)}; known: {', '.join(CAPABILITIES)}"}
+        )
+    return [capability for capability in CAPABILITIES if capability in permissions]
+
+
+def _grant(membership: Membership) -> None:
+    """Mirror the member's capabilities into guardian permissions on the workspace."""
+    workspace = membership.workspace
+    WorkspaceUserPermission.objects.filter(content_object=workspace, user_id=membership.user_id).delete()
+    codenames = [CAPABILITY_CODENAMES[capability] for capability in role_capabilities(workspace, membership.role)]
+    granted = Permission.objects.filter(
+        content_type=ContentType.objects.get_for_model(Workspace), codename__in=codenames
+    )
+    WorkspaceUserPermission.objects.bulk_create(
+        [
+            WorkspaceUserPermission(content_object=workspace, user_id=membership.user_id, permission=permission)
+            for permission in granted
+        ]
+    )
+
+
+def _unbind(workspace: Workspace, quota_id: int) -> None:
+    SchedulingRule.objects.filter(workspace=workspace, quota_id=quota_id).delete()
+    QuotaBinding.objects.filter(workspace=workspace, quota_id=quota_id).delete()
+
+
+def _unique_quotas(quotas: Iterable[Quota]) -> list[Quota]:
+    return list({quota.pk: quota for quota in quotas}.values())
+
+
+def _workspace_state(workspace: Workspace) -> dict[str, Any]:
+    return {
+        "name": workspace.name,
+        "description": workspace.description,
+        "quotas": sorted(workspace.quotas.values_list("name", flat=True)),
+    }
+
+
+def _require(actor: Actor, action: str, workspace: Workspace) -> None:
+    if actor is None:
+        return
+    if not can(actor, action, workspace):
+        raise PermissionDenied(denial_reason(actor, action, workspace))
+
+
+def _require_platform_admin(actor: Actor, what: str) -> None:
+    if actor is None:
+        return
+    if not (actor.is_authenticated and getattr(actor, "is_superuser", False)):
+        raise PermissionDenied(f"Only platform admins may {what}.")
