@@ -68,7 +68,7 @@ class Cluster:
         self.dev_free = [[MILLI] * g for g in self.gpus]
         self.cpu_free = [float(n.cpu) if n.cpu > 0 else math.inf for n in nodes]
         self.mem_free = [float(n.memory_gib) if n.memory_gib > 0 else math.inf for n in nodes]
-        self.max_gpus = max((g for g, r in zip(self.gpus, self.ready) if r), default=0)
+        self.max_gpus = max((g for g, r in zip(self.gpus, self.ready, strict=False) if r), default=0)
         self.whole: list[int] = []
         self.buckets: list[list[int]] = []
         self.partial: dict[tuple[int, int], int] = {}

@@ -1,7 +1,1044 @@
-"""Placeholder until the engine lands: admits nothing."""
+"""One scheduling cycle: a session over a frozen snapshot, actions in KAI-Scheduler's order.
 
-from scheduling.engine.types import CycleResult, Snapshot
+allocate -> consolidate -> reclaim/preempt (victims of every kind combined) -> elastic grow.
+The snapshot is never mutated: the session keeps its own working arrays and a journal, so a
+victim search can try evictions and roll them back.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+from collections.abc import Iterator
+from typing import Any
+
+from scheduling.engine.cluster import Cluster, Journal, Placement
+from scheduling.engine.fairshare import (
+    MILLI,
+    NO_LIMIT,
+    QuotaTree,
+    divide,
+    job_replica_milli,
+    subtree_requests,
+)
+from scheduling.engine.policies import RULE_ORDER, gpus, queue_key, saturation, victim_key
+from scheduling.engine.types import (
+    CHILD_PREEMPTION,
+    CONSOLIDATION,
+    EXCEEDS_CLUSTER,
+    GUARANTEED_ONLY,
+    INSUFFICIENT_CAPACITY,
+    NO_FIT,
+    PENDING,
+    PREEMPT,
+    QUEUE_BLOCKED,
+    QUOTA_LIMIT,
+    RECLAIM,
+    RELEASING,
+    RUNNING,
+    SAME_LEVEL,
+    SHRINK,
+    SPREAD,
+    UNKNOWN_QUOTA,
+    WAITING_FOR_EVICTION,
+    Admit,
+    CycleResult,
+    Decision,
+    Evict,
+    Grow,
+    PendingReason,
+    QuotaStatus,
+    ReplicaPlacement,
+    Shrink,
+    Snapshot,
+)
+
+# Bounds that keep a cycle fast on large pools; what they leave undone is retried next cycle.
+MAX_VICTIM_SEARCHES = 200
+MAX_CANDIDATES_PER_SEARCH = 400
+MAX_CONSOLIDATIONS = 32
+MAX_MOVERS = 8
+
+# Capacity-type failures are re-explained from the final state of the cycle.
+_CAPACITY_CODES = (NO_FIT, INSUFFICIENT_CAPACITY)
+# Failures that a victim search cannot cure.
+_NO_SEARCH = (UNKNOWN_QUOTA, EXCEEDS_CLUSTER, QUEUE_BLOCKED, WAITING_FOR_EVICTION)
+
+# Victim unit: (job index, replica placement or None for the whole job)
+Unit = tuple[int, Placement | None]
 
 
 def schedule(snapshot: Snapshot) -> CycleResult:
-    return CycleResult(decisions=())
+    """Run one cycle over the snapshot and return the decisions, in the order to apply them."""
+    session = Session(snapshot)
+    session.allocate()
+    session.consolidate()
+    session.reclaim_and_preempt()
+    session.grow()
+    return session.result()
+
+
+class Session:
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.now = snapshot.now
+        self.spread = snapshot.placement == SPREAD
+        self.journal = Journal()
+        jobs = snapshot.jobs
+        self.jobs = jobs
+        owners = {job.quota for job in jobs}
+        tree = QuotaTree(snapshot.quotas, owners)
+        self.tree = tree
+        cluster = Cluster(snapshot.nodes, self.journal)
+        self.cluster = cluster
+        node_index = cluster.index
+
+        n = len(jobs)
+        leaf_of = tree.leaf_of
+        self.leaf = [leaf_of.get(job.quota, -1) for job in jobs]
+        self.replica = [job_replica_milli(job) for job in jobs]
+        self.state = [job.state for job in jobs]
+        self.placements: list[tuple[Placement, ...]] = [()] * n
+        self.held: list[tuple[Placement, ...]] = [()] * n  # releasing: what it still holds
+        self.touched = [False] * n  # evicted, shrunk, moved or admitted this cycle
+        self.promised = [False] * n  # pending beneficiary of releasing victims
+        self.admitted_now = [False] * n
+        self.grown: dict[int, list[Placement]] = {}
+        self.decisions: list[Any] = []
+        self.reasons: dict[int, tuple[str, tuple[Any, ...]]] = {}
+        self.index_of = {job.id: i for i, job in enumerate(jobs)}
+
+        leaf_request = [0] * len(tree)
+        alloc = [0] * len(tree)
+        waiting_for: dict[int, list[int]] = {}
+        releasing_without_beneficiary: list[int] = []
+        replica = self.replica
+        leaf = self.leaf
+        for i, job in enumerate(jobs):
+            lf = leaf[i]
+            if lf >= 0:
+                leaf_request[lf] += replica[i] * job.replicas
+            if job.state == PENDING:
+                continue
+            placed = []
+            for rp in job.placements:
+                node = node_index.get(rp.node)
+                if node is None:
+                    continue
+                milli = replica[i] if replica[i] < MILLI else MILLI
+                pl: Placement = (node, tuple(rp.devices), milli)
+                placed.append(pl)
+                cluster.occupy_initial(pl, job.cpu, job.memory_gib)
+            if job.state == RELEASING:
+                self.held[i] = tuple(placed)
+                target = self.index_of.get(job.beneficiary or "", -1)
+                if target >= 0 and jobs[target].state == PENDING:
+                    waiting_for.setdefault(target, []).append(i)
+                else:
+                    releasing_without_beneficiary.append(i)
+                continue
+            self.placements[i] = tuple(placed)
+            if lf >= 0:
+                alloc[lf] += replica[i] * len(placed)
+        cluster.build_index()
+        # A releasing job's GPUs are promised to its beneficiary: they count for the
+        # beneficiary's quota, so nobody evicts more for it or counts them twice.
+        for i in releasing_without_beneficiary:
+            if leaf[i] >= 0:
+                alloc[leaf[i]] += replica[i] * len(self.held[i])
+        self.waiting_for = waiting_for
+        for target in waiting_for:
+            self.promised[target] = True
+            if leaf[target] >= 0:
+                alloc[leaf[target]] += self.need(target)
+        self.alloc = subtree_requests(tree, alloc)
+        self.request = subtree_requests(tree, leaf_request)
+        self.capacity = _ready_milli(snapshot)
+        self.share = divide(tree, self.request, self.capacity)
+        self.end = _subtree_ends(tree)
+
+    # -- small helpers ------------------------------------------------------------------
+    def min_count(self, i: int) -> int:
+        job = self.jobs[i]
+        if job.min_replicas is not None and 0 < job.min_replicas < job.replicas:
+            return job.min_replicas
+        return job.replicas
+
+    def need(self, i: int) -> int:
+        return self.min_count(i) * self.replica[i]
+
+    def protected(self, i: int) -> bool:
+        """Too young to be a victim (min_runtime_seconds of its quota, inherited)."""
+        job = self.jobs[i]
+        minimum = self.tree.min_runtime[self.leaf[i]] if self.leaf[i] >= 0 else 0.0
+        if minimum <= 0:
+            return False
+        started = job.started_at if job.started_at is not None else self.now
+        if self.admitted_now[i]:
+            started = self.now
+        return self.now - started < minimum
+
+    def _add_alloc(self, lf: int, amount: int) -> None:
+        alloc = self.alloc
+        for node in self.tree.chain[lf]:
+            alloc[node] += amount
+        self.journal.record(self._undo_alloc, lf, amount)
+
+    def _undo_alloc(self, lf: int, amount: int) -> None:
+        alloc = self.alloc
+        for node in self.tree.chain[lf]:
+            alloc[node] -= amount
+
+    def _set(self, array: list[Any], i: int, value: Any) -> None:
+        self.journal.record(array.__setitem__, i, array[i])
+        array[i] = value
+
+    def _decide(self, decision: Any) -> None:
+        self.decisions.append(decision)
+        self.journal.record(self.decisions.pop)
+
+    def _place_gang(self, i: int, count: int) -> list[Placement] | None:
+        """All `count` replicas or none (gang)."""
+        cluster = self.cluster
+        replica = self.replica[i]
+        total = replica * count
+        if cluster.free_total < total:
+            return None
+        job = self.jobs[i]
+        mark = self.journal.checkpoint()
+        placed: list[Placement] = []
+        for _ in range(count):
+            pl = cluster.place_replica(replica, job.cpu, job.memory_gib, self.spread)
+            if pl is None:
+                self.journal.rollback(mark)
+                return None
+            placed.append(pl)
+        return placed
+
+    def _static_refusal(self, i: int) -> tuple[str, tuple[Any, ...]] | None:
+        """Refusals that no placement cures: unknown quota, too big, limit, guarantee."""
+        job = self.jobs[i]
+        lf = self.leaf[i]
+        if lf < 0:
+            return (UNKNOWN_QUOTA, (job.quota,))
+        replica = self.replica[i]
+        need = self.need(i)
+        cluster = self.cluster
+        if replica >= MILLI and replica // MILLI > cluster.max_gpus:
+            return (EXCEEDS_CLUSTER, ("node", replica, cluster.max_gpus * MILLI))
+        if need > self.capacity:
+            return (EXCEEDS_CLUSTER, ("pool", need, self.capacity))
+        if self.promised[i]:
+            return None
+        tree = self.tree
+        alloc = self.alloc
+        for node in tree.chain[lf]:
+            limit = tree.limit[node]
+            if limit != NO_LIMIT and alloc[node] + need > limit:
+                return (QUOTA_LIMIT, (tree.quota_name[node], alloc[node], need, limit))
+        if not job.preemptible:
+            for node in tree.chain[lf]:
+                g = tree.admit_guaranteed[node]
+                if alloc[node] + need > g:
+                    return (GUARANTEED_ONLY, (tree.names[node], alloc[node], need, g))
+        return None
+
+    def _admit(self, i: int, placed: list[Placement]) -> None:
+        if not self.promised[i]:
+            self._add_alloc(self.leaf[i], self.replica[i] * len(placed))
+        else:
+            self._set(self.promised, i, False)
+            extra = self.replica[i] * len(placed) - self.need(i)
+            if extra:
+                self._add_alloc(self.leaf[i], extra)
+        self._set(self.state, i, RUNNING)
+        self._set(self.placements, i, tuple(placed))
+        self._set(self.admitted_now, i, True)
+        self._set(self.touched, i, True)
+        self._decide(("admit", i))
+
+    def _leaf_key(self, lf: int) -> tuple[float, int, int, int]:
+        tree = self.tree
+        return (
+            saturation(self.alloc[lf], self.share[lf]),
+            -tree.rank[lf],
+            tree.created[lf],
+            lf,
+        )
+
+    # -- action 1: allocate ---------------------------------------------------------------
+    def allocate(self) -> None:
+        queues: dict[int, list[tuple[tuple[int, float, int], int]]] = {}
+        jobs = self.jobs
+        leaf = self.leaf
+        for i, job in enumerate(jobs):
+            if self.state[i] != PENDING:
+                continue
+            if leaf[i] < 0:
+                self.reasons[i] = (UNKNOWN_QUOTA, (job.quota,))
+                continue
+            queues.setdefault(leaf[i], []).append((queue_key(job, i), i))
+        self.queues: dict[int, list[int]] = {}
+        for lf, entries in queues.items():
+            entries.sort()
+            self.queues[lf] = [i for _, i in entries]
+        self.tried: list[int] = []
+        heap = [(self._leaf_key(lf), lf) for lf in self.queues]
+        heapq.heapify(heap)
+        cursor = dict.fromkeys(self.queues, 0)
+        cluster = self.cluster
+        fifo = self.tree.fifo
+        while heap:
+            _, lf = heapq.heappop(heap)
+            queue = self.queues[lf]
+            position = cursor[lf]
+            while position < len(queue):
+                i = queue[position]
+                position += 1
+                self.tried.append(i)
+                refusal = self._static_refusal(i)
+                placed = None
+                if refusal is None:
+                    placed = self._place_gang(i, self.min_count(i))
+                if placed is not None:
+                    self._admit(i, placed)
+                    cursor[lf] = position
+                    if position < len(queue):
+                        heapq.heappush(heap, (self._leaf_key(lf), lf))
+                    break
+                if refusal is None:
+                    refusal = (WAITING_FOR_EVICTION, ()) if self.promised[i] else (INSUFFICIENT_CAPACITY, ())
+                self.reasons[i] = refusal
+                if fifo[lf]:
+                    # fifo: the job that does not fit blocks every job behind it.
+                    for behind in queue[position:]:
+                        self.reasons[behind] = (QUEUE_BLOCKED, (jobs[i].id,))
+                        self.tried.append(behind)
+                    position = len(queue)
+                elif cluster.free_total == 0:
+                    # Nothing left to place: the rest of this quota only needs its reasons.
+                    for behind in queue[position:]:
+                        self.tried.append(behind)
+                        self.reasons[behind] = self._static_refusal(behind) or (
+                            (WAITING_FOR_EVICTION, ())
+                            if self.promised[behind]
+                            else (INSUFFICIENT_CAPACITY, ())
+                        )
+                    position = len(queue)
+            cursor[lf] = position
+
+    # -- action 2: consolidate ------------------------------------------------------------
+    def consolidate(self) -> None:
+        cluster = self.cluster
+        attempts = 0
+        failed_sizes: list[tuple[int, int]] = []
+        by_node: dict[int, list[int]] | None = None
+        for i in self.tried:
+            if attempts >= MAX_CONSOLIDATIONS or cluster.free_total == 0:
+                break
+            if self.state[i] != PENDING or self.reasons.get(i, ("",))[0] != INSUFFICIENT_CAPACITY:
+                continue
+            count = self.min_count(i)
+            if cluster.free_total < self.replica[i] * count:
+                continue
+            if self._static_refusal(i) is not None:
+                continue
+            if any(r <= self.replica[i] and c <= count for r, c in failed_sizes):
+                continue
+            attempts += 1
+            if by_node is None:
+                by_node = self._movers_by_node()
+            if self._consolidate_for(i, count, by_node):
+                self.reasons.pop(i, None)
+            else:
+                failed_sizes.append((self.replica[i], count))
+
+    def _movable(self, m: int) -> bool:
+        job = self.jobs[m]
+        return (
+            self.state[m] == RUNNING
+            and job.preemptible
+            and not self.touched[m]
+            and bool(self.placements[m])
+            and not self.protected(m)
+        )
+
+    def _movers_by_node(self) -> dict[int, list[int]]:
+        by_node: dict[int, list[int]] = {}
+        for m, pls in enumerate(self.placements):
+            if pls and self._movable(m):
+                for pl in pls:
+                    by_node.setdefault(pl[0], []).append(m)
+        return by_node
+
+    def _consolidate_for(self, i: int, count: int, by_node: dict[int, list[int]]) -> bool:
+        cluster = self.cluster
+        own_leaf = self.leaf[i]
+        # Jobs on the nodes closest to holding a replica first; small jobs, the beneficiary's
+        # own quota, low priority and recent starts move before others.
+        candidates: list[tuple[tuple[int, int, int, tuple[int, float, float, int]], int]] = []
+        seen: set[int] = set()
+        nodes = sorted(by_node, key=lambda nd: (-cluster.whole[nd], nd))
+        for node in nodes:
+            if len(candidates) >= 4 * MAX_MOVERS:
+                break
+            for m in by_node[node]:
+                if m in seen or not self._movable(m):
+                    continue
+                seen.add(m)
+                key = (
+                    -cluster.whole[node],
+                    self.replica[m] * len(self.placements[m]),
+                    0 if self.leaf[m] == own_leaf else 1,
+                    victim_key(self.jobs[m], m),
+                )
+                candidates.append((key, m))
+        candidates.sort()
+        journal = self.journal
+        mark = journal.checkpoint()
+        movers: list[int] = []
+        for _, m in candidates[: 4 * MAX_MOVERS]:
+            if len(movers) >= MAX_MOVERS:
+                break
+            movers.append(m)
+            job = self.jobs[m]
+            for pl in self.placements[m]:
+                cluster.adjust(pl, +1, job.cpu, job.memory_gib)
+            inner = journal.checkpoint()
+            placed = self._place_gang(i, count)
+            if placed is None:
+                continue
+            moved: list[tuple[int, list[Placement]]] = []
+            ok = True
+            for mover in sorted(movers, key=lambda x: (-self.replica[x] * len(self.placements[x]), x)):
+                new = self._place_gang(mover, len(self.placements[mover]))
+                if new is None:
+                    ok = False
+                    break
+                moved.append((mover, new))
+            if not ok:
+                journal.rollback(inner)
+                continue
+            beneficiary = self.jobs[i].id
+            for mover, new in moved:
+                if sorted(new) == sorted(self.placements[mover]):
+                    continue
+                self._set(self.touched, mover, True)
+                reason = (
+                    f"moved so that {beneficiary} can start: its {gpus(self.need(i))} GPUs are free "
+                    "but fragmented across nodes"
+                )
+                self._decide(Evict(self.jobs[mover].id, CONSOLIDATION, beneficiary, reason))
+                self._set(self.placements, mover, tuple(new))
+                self._decide(("move", mover))
+            self._admit(i, placed)
+            return True
+        journal.rollback(mark)
+        return False
+
+    # -- action 3: reclaim / preempt / child-level / same-level -------------------------
+    def reclaim_and_preempt(self) -> None:
+        tree = self.tree
+        self.candidates_by_leaf: dict[int, list[int]] = {}
+        for m, job in enumerate(self.jobs):
+            if self.state[m] == RUNNING and job.preemptible and self.leaf[m] >= 0:
+                self.candidates_by_leaf.setdefault(self.leaf[m], []).append(m)
+        for members in self.candidates_by_leaf.values():
+            members.sort(key=lambda m: victim_key(self.jobs[m], m))
+        self.candidate_leaves = sorted(self.candidates_by_leaf)
+        self.elastic = [
+            m
+            for m, job in enumerate(self.jobs)
+            if self.state[m] == RUNNING
+            and job.preemptible
+            and job.min_replicas is not None
+            and len(self.placements[m]) > job.min_replicas
+            and self.leaf[m] >= 0
+        ]
+        if not self.candidates_by_leaf:
+            return
+        searches = 0
+        failed: dict[int, list[tuple[int, int, int]]] = {}
+        blocked_fifo: set[int] = set()
+        for i in self.tried:
+            if searches >= MAX_VICTIM_SEARCHES:
+                break
+            if self.state[i] != PENDING or self.promised[i]:
+                continue
+            code = self.reasons.get(i, ("",))[0]
+            if code in _NO_SEARCH:
+                continue
+            lf = self.leaf[i]
+            if tree.fifo[lf]:
+                if lf in blocked_fifo:
+                    continue
+                blocked_fifo.add(lf)
+            job = self.jobs[i]
+            signature = (job.priority, self.replica[i], self.min_count(i))
+            if any(
+                p >= signature[0] and r <= signature[1] and c <= signature[2]
+                for p, r, c in failed.get(lf, ())
+            ):
+                continue
+            if not self._may_search(i):
+                continue
+            searches += 1
+            if self._search(i):
+                if self.state[i] == RUNNING:
+                    self.reasons.pop(i, None)
+            else:
+                failed.setdefault(lf, []).append(signature)
+
+    def _may_search(self, i: int) -> bool:
+        job = self.jobs[i]
+        lf = self.leaf[i]
+        tree = self.tree
+        need = self.need(i)
+        if self.alloc[lf] + need <= max(self.share[lf], tree.admit_guaranteed[lf]):
+            return True
+        own = self.candidates_by_leaf.get(lf, ())
+        if own and self.jobs[own[0]].priority < job.priority:
+            return True
+        quota = tree.index[job.quota]
+        if tree.is_self[lf] and tree.child_preemption[quota]:
+            return True
+        return tree.same_level[quota]
+
+    def _regions(self, i: int) -> tuple[list[int], int]:
+        """Leaves reclaim may take from, and the highest chain index where Q is entitled."""
+        tree = self.tree
+        lf = self.leaf[i]
+        chain = tree.chain[lf]
+        need = self.need(i)
+        alloc = self.alloc
+        top = -1
+        for level, node in enumerate(chain):
+            entitled = alloc[node] + need <= self.share[node]
+            entitled = entitled or alloc[node] + need <= tree.admit_guaranteed[node]
+            if not entitled:
+                break
+            top = level
+        if top < 0:
+            return [], top
+        if top + 1 < len(chain):
+            root = chain[top + 1]
+            lo, hi = root, self.end[root]
+        else:
+            lo, hi = 0, len(tree)
+        leaves = self.candidate_leaves
+        start = bisect_left(leaves, lo)
+        stop = bisect_left(leaves, hi)
+        return [v for v in leaves[start:stop] if v != lf], top
+
+    def _branches(self, qleaf: int, vleaf: int) -> tuple[int, int]:
+        """(position in Q's chain of Q's branch, V's branch) just below their LCA."""
+        tree = self.tree
+        qchain = tree.chain[qleaf]
+        previous = vleaf
+        for node in tree.chain[vleaf]:
+            if node in qchain:
+                return qchain.index(node) - 1, previous
+            previous = node
+        return len(qchain) - 1, previous
+
+    def _rule_for(self, i: int, m: int, amount: int) -> tuple[str, int, str] | None:
+        """Which rule lets job i take `amount` GPUs of job m now: (rule, Q branch level, variant)."""
+        tree = self.tree
+        job = self.jobs[i]
+        victim = self.jobs[m]
+        qleaf = self.leaf[i]
+        vleaf = self.leaf[m]
+        alloc = self.alloc
+        share = self.share
+        need = self.need(i)
+        if vleaf == qleaf:
+            if victim.priority < job.priority:
+                return (PREEMPT, -1, "")
+            return None
+        level, vbranch = self._branches(qleaf, vleaf)
+        qchain = tree.chain[qleaf]
+        within_share = all(alloc[c] + need <= share[c] for c in qchain[: level + 1])
+        if within_share and alloc[vbranch] - amount >= share[vbranch]:
+            return (RECLAIM, level, "fair_share")
+        within_guarantee = all(
+            alloc[c] + need <= tree.admit_guaranteed[c] for c in qchain[: level + 1]
+        )
+        if within_guarantee and alloc[vbranch] > tree.admit_guaranteed[vbranch]:
+            return (RECLAIM, level, "guarantee")
+        quota = tree.index.get(job.quota, -1)
+        if tree.is_self[qleaf] and tree.child_preemption[quota] and quota in tree.chain[vleaf]:
+            return (CHILD_PREEMPTION, -1, "")
+        if quota >= 0 and tree.same_level[quota] and victim.priority < job.priority:
+            parent = tree.parent[quota]
+            for sibling_level in tree.chain[vleaf]:
+                if tree.parent[sibling_level] == parent:
+                    if sibling_level != quota and alloc[sibling_level] - amount >= share[sibling_level]:
+                        return (SAME_LEVEL, -1, "")
+                    break
+        return None
+
+    def _stream(self, i: int, region: list[int]) -> Iterator[Unit]:
+        """Victim units in order of preference: elastic replicas, then whole jobs by rule."""
+        tree = self.tree
+        job = self.jobs[i]
+        qleaf = self.leaf[i]
+        over = {v: self.alloc[v] - self.share[v] for v in region}
+        shrinkable: list[tuple[tuple[Any, ...], int]] = []
+        for m in self.elastic:
+            if self.touched[m] or self.protected(m):
+                continue
+            rule = self._rule_for(i, m, self.replica[m])
+            if rule is None:
+                continue
+            vleaf = self.leaf[m]
+            key = (RULE_ORDER[rule[0]], -over.get(vleaf, 0), victim_key(self.jobs[m], m))
+            shrinkable.append((key, m))
+        shrinkable.sort()
+        for _, m in shrinkable:
+            minimum = self.jobs[m].min_replicas or 0
+            while not self.touched[m] and len(self.placements[m]) > minimum:
+                before = len(self.placements[m])
+                yield (m, self.placements[m][-1])
+                if len(self.placements[m]) == before:
+                    break
+        # Reclaim: the quota furthest above its fair share first, re-ranked after each victim.
+        cursor = dict.fromkeys(region, 0)
+        heap = [(-over[v], tree.created[v], v) for v in region]
+        heapq.heapify(heap)
+        while heap:
+            _, created, v = heapq.heappop(heap)
+            members = self.candidates_by_leaf[v]
+            position = cursor[v]
+            while position < len(members):
+                m = members[position]
+                position += 1
+                if self._eligible_victim(m):
+                    cursor[v] = position
+                    yield (m, None)
+                    break
+            cursor[v] = position
+            if position < len(members):
+                heapq.heappush(heap, (-(self.alloc[v] - self.share[v]), created, v))
+        # Preempt: own quota, lower priority.
+        for m in self.candidates_by_leaf.get(qleaf, ()):
+            if self.jobs[m].priority >= job.priority:
+                break
+            if self._eligible_victim(m):
+                yield (m, None)
+        quota = tree.index[job.quota]
+        if tree.is_self[qleaf] and tree.child_preemption[quota]:
+            yield from self._merged(quota, qleaf, None)
+        if tree.same_level[quota]:
+            parent = tree.parent[quota]
+            siblings = tree.children[parent] if parent >= 0 else tree.roots
+            for sibling in siblings:
+                if sibling != quota and not tree.is_self[sibling]:
+                    yield from self._merged(sibling, -1, job.priority)
+
+    def _merged(self, top: int, exclude: int, below_priority: int | None) -> Iterator[Unit]:
+        lo, hi = top, self.end[top]
+        leaves = self.candidate_leaves
+        members = [
+            (victim_key(self.jobs[m], m), m)
+            for v in leaves[bisect_left(leaves, lo) : bisect_left(leaves, hi)]
+            if v != exclude
+            for m in self.candidates_by_leaf[v]
+        ]
+        members.sort()
+        for _, m in members:
+            if below_priority is not None and self.jobs[m].priority >= below_priority:
+                break
+            if self._eligible_victim(m):
+                yield (m, None)
+
+    def _eligible_victim(self, m: int) -> bool:
+        return self.state[m] == RUNNING and not self.touched[m] and not self.protected(m)
+
+    def _take(self, unit: Unit) -> None:
+        m, replica_placement = unit
+        job = self.jobs[m]
+        if replica_placement is None:
+            for pl in self.placements[m]:
+                self.cluster.adjust(pl, +1, job.cpu, job.memory_gib)
+            self._add_alloc(self.leaf[m], -self.replica[m] * len(self.placements[m]))
+            self._set(self.state, m, PENDING)
+            self._set(self.touched, m, True)
+        else:
+            self.cluster.adjust(replica_placement, +1, job.cpu, job.memory_gib)
+            self._add_alloc(self.leaf[m], -self.replica[m])
+            self._set(self.placements, m, self.placements[m][:-1])
+
+    def _give_back(self, unit: Unit, placements: tuple[Placement, ...]) -> None:
+        m, replica_placement = unit
+        job = self.jobs[m]
+        if replica_placement is None:
+            for pl in placements:
+                self.cluster.adjust(pl, -1, job.cpu, job.memory_gib)
+            self._add_alloc(self.leaf[m], self.replica[m] * len(placements))
+            self._set(self.state, m, RUNNING)
+            self._set(self.touched, m, False)
+        else:
+            self.cluster.adjust(replica_placement, -1, job.cpu, job.memory_gib)
+            self._add_alloc(self.leaf[m], self.replica[m])
+            self._set(self.placements, m, self.placements[m] + (replica_placement,))
+
+    def _fits(self, i: int, taken: list[tuple[Unit, tuple[str, int, str]]]) -> list[Placement] | None:
+        """Beneficiary-side conditions on the current state, then a gang placement."""
+        tree = self.tree
+        lf = self.leaf[i]
+        need = self.need(i)
+        alloc = self.alloc
+        chain = tree.chain[lf]
+        for node in chain:
+            if alloc[node] + need > tree.limit[node]:
+                return None
+        if not self.jobs[i].preemptible:
+            for node in chain:
+                if alloc[node] + need > tree.admit_guaranteed[node]:
+                    return None
+        for _, (rule, level, variant) in taken:
+            if rule == RECLAIM:
+                bound = self.share if variant == "fair_share" else tree.admit_guaranteed
+                if any(alloc[c] + need > bound[c] for c in chain[: level + 1]):
+                    return None
+            elif rule == CHILD_PREEMPTION:
+                parent = tree.parent[lf]
+                if alloc[parent] + need > tree.guaranteed[parent]:
+                    return None
+        if self.cluster.free_total < need:
+            return None
+        return self._place_gang(i, self.min_count(i))
+
+    def _search(self, i: int) -> bool:
+        journal = self.journal
+        mark = journal.checkpoint()
+        region, _ = self._regions(i)
+        taken: list[tuple[Unit, tuple[str, int, str]]] = []
+        examined = 0
+        placed: list[Placement] | None = None
+        for unit in self._stream(i, region):
+            examined += 1
+            if examined > MAX_CANDIDATES_PER_SEARCH:
+                break
+            m, replica_placement = unit
+            amount = self.replica[m] * (1 if replica_placement else len(self.placements[m]))
+            rule = self._rule_for(i, m, amount)
+            if rule is None:
+                continue
+            before = self.placements[m]
+            self._take(unit)
+            taken.append((unit, rule))
+            del before
+            inner = journal.checkpoint()
+            placed = self._fits(i, taken)
+            if placed is not None:
+                journal.rollback(inner)
+                break
+        if placed is None:
+            journal.rollback(mark)
+            return False
+        # Fewest GPUs: give back every victim the job can do without, latest taken first.
+        kept: list[tuple[Unit, tuple[str, int, str]]] = []
+        for position in range(len(taken) - 1, -1, -1):
+            unit, rule = taken[position]
+            m, replica_placement = unit
+            others = kept + taken[:position]
+            restore = journal.checkpoint()
+            original = self._original_placements(m, unit)
+            self._give_back(unit, original)
+            inner = journal.checkpoint()
+            if self._fits(i, others) is not None:
+                journal.rollback(inner)
+                continue
+            journal.rollback(restore)
+            kept.append((unit, rule))
+        kept.reverse()
+        placed = self._fits(i, kept)
+        if placed is None:  # cannot happen: the full set fitted; keep the snapshot safe
+            journal.rollback(mark)
+            return False
+        self._commit_victims(i, kept, placed)
+        return True
+
+    def _original_placements(self, m: int, unit: Unit) -> tuple[Placement, ...]:
+        if unit[1] is not None:
+            return (unit[1],)
+        return self.placements[m]
+
+    def _commit_victims(
+        self, i: int, kept: list[tuple[Unit, tuple[str, int, str]]], placed: list[Placement]
+    ) -> None:
+        beneficiary = self.jobs[i]
+        shrunk: dict[int, list[Placement]] = {}
+        shrink_rule: dict[int, str] = {}
+        releasing = False
+        for (m, replica_placement), (rule, _, variant) in kept:
+            if replica_placement is not None:
+                shrunk.setdefault(m, []).append(replica_placement)
+                shrink_rule.setdefault(m, rule)
+                continue
+            victim = self.jobs[m]
+            reason = self._victim_reason(i, m, rule, variant)
+            self._decide(Evict(victim.id, rule, beneficiary.id, reason))
+            if victim.grace_seconds > 0:
+                releasing = True
+                self._set(self.state, m, RELEASING)
+                self._set(self.held, m, self.placements[m])
+        for m in sorted(shrunk):
+            self._set(self.touched, m, True)
+            rule = shrink_rule[m]
+            reason = (
+                f"elastic replicas above min_replicas go first ({rule}): "
+                + self._victim_reason(i, m, rule, "")
+            )
+            self._decide(("shrink", m, tuple(shrunk[m]), reason, beneficiary.id))
+        if not releasing:
+            self._admit(i, placed)
+            return
+        # Victims inside their grace period still hold the GPUs: the job waits for them, and
+        # its placement stays reserved for the rest of this cycle.
+        self._add_alloc(self.leaf[i], self.need(i))
+        self._set(self.promised, i, True)
+        self._set(self.touched, i, True)
+        count = sum(1 for (m, rp), _ in kept if rp is None and self.jobs[m].grace_seconds > 0)
+        self.reasons[i] = (WAITING_FOR_EVICTION, (count, self.need(i)))
+
+    def _victim_reason(self, i: int, m: int, rule: str, variant: str) -> str:
+        tree = self.tree
+        job = self.jobs[i]
+        victim = self.jobs[m]
+        vq = victim.quota
+        vleaf = self.leaf[m]
+        if rule == RECLAIM:
+            _level, vbranch = self._branches(self.leaf[i], vleaf)
+            name = tree.names[vbranch]
+            if variant == "fair_share":
+                return (
+                    f"reclaimed for {job.id} of {job.quota}: {name} holds more than its fair share "
+                    f"of {gpus(self.share[vbranch])} GPUs and keeps at least that; {job.quota} stays "
+                    "within its own fair share"
+                )
+            return (
+                f"reclaimed by {job.quota} for {job.id}: {name} was above its guarantee of "
+                f"{gpus(tree.admit_guaranteed[vbranch])} GPUs; {job.quota} is within its guarantee"
+            )
+        if rule == PREEMPT:
+            return f"preempted in {vq} by {job.id} (priority {job.priority} > {victim.priority})"
+        if rule == CHILD_PREEMPTION:
+            return f"child-level preemption: {job.quota}'s own job {job.id} ranks above {vq}'s jobs"
+        return (
+            f"same-level preemption: {job.id} of {job.quota} (priority {job.priority}) over "
+            f"{victim.id} of {vq} (priority {victim.priority})"
+        )
+
+    # -- action 4: elastic grow -----------------------------------------------------------
+    def grow(self) -> None:
+        cluster = self.cluster
+        if cluster.free_total == 0:
+            return
+        tree = self.tree
+        heap: list[tuple[tuple[float, int, float, int], int]] = []
+        for m, job in enumerate(self.jobs):
+            if (
+                self.state[m] == RUNNING
+                and job.min_replicas is not None
+                and len(self.placements[m]) < job.replicas
+                and self.leaf[m] >= 0
+                and (not self.touched[m] or self.admitted_now[m])
+            ):
+                lf = self.leaf[m]
+                heap.append(((saturation(self.alloc[lf], self.share[lf]), -job.priority, job.submitted_at, m), m))
+        heapq.heapify(heap)
+        while heap and cluster.free_total > 0:
+            _, m = heapq.heappop(heap)
+            job = self.jobs[m]
+            lf = self.leaf[m]
+            replica = self.replica[m]
+            chain = tree.chain[lf]
+            if any(self.alloc[c] + replica > tree.limit[c] for c in chain):
+                continue
+            if not job.preemptible and any(
+                self.alloc[c] + replica > tree.admit_guaranteed[c] for c in chain
+            ):
+                continue
+            pl = cluster.place_replica(replica, job.cpu, job.memory_gib, self.spread)
+            if pl is None:
+                continue
+            self._add_alloc(lf, replica)
+            self.placements[m] = self.placements[m] + (pl,)
+            self.grown.setdefault(m, []).append(pl)
+            if len(self.placements[m]) < job.replicas:
+                key = (saturation(self.alloc[lf], self.share[lf]), -job.priority, job.submitted_at, m)
+                heapq.heappush(heap, (key, m))
+
+    # -- result ---------------------------------------------------------------------------
+    def _replica_placements(self, m: int, placements: Any) -> tuple[ReplicaPlacement, ...]:
+        names = self.cluster.names
+        out = []
+        for node, devices, milli in placements:
+            fraction = 1.0 if milli >= MILLI else milli / MILLI
+            out.append(ReplicaPlacement(names[node], devices, fraction))
+        return tuple(out)
+
+    def result(self) -> CycleResult:
+        decisions: list[Decision] = []
+        jobs = self.jobs
+        for entry in self.decisions:
+            if isinstance(entry, Evict):
+                decisions.append(entry)
+                continue
+            kind = entry[0]
+            m = entry[1]
+            if kind == "admit" or kind == "move":
+                decisions.append(Admit(jobs[m].id, self._replica_placements(m, self.placements[m])))
+            elif kind == "shrink":
+                removed = self._replica_placements(m, entry[2])
+                decisions.append(Shrink(jobs[m].id, removed, SHRINK, entry[4], entry[3]))
+        for m in sorted(self.grown):
+            if self.admitted_now[m]:
+                continue
+            decisions.append(Grow(jobs[m].id, self._replica_placements(m, self.grown[m])))
+        return CycleResult(
+            decisions=tuple(decisions), quotas=self._quota_status(), pending=self._pending()
+        )
+
+    def _quota_status(self) -> dict[str, QuotaStatus]:
+        tree = self.tree
+        size = len(tree)
+        held = [0] * size
+        running = [0] * size
+        pending = [0] * size
+        replica = self.replica
+        for m, lf in enumerate(self.leaf):
+            if lf < 0:
+                continue
+            state = self.state[m]
+            if state == RUNNING:
+                held[lf] += replica[m] * len(self.placements[m])
+                running[lf] += 1
+            elif state == RELEASING:
+                held[lf] += replica[m] * len(self.held[m])
+                running[lf] += 1
+            else:
+                pending[lf] += 1
+        own = list(held)
+        held = subtree_requests(tree, held)
+        running = subtree_requests(tree, running)
+        pending = subtree_requests(tree, pending)
+        statuses: dict[str, QuotaStatus] = {}
+        share = self.share
+        for name, node in tree.index.items():
+            own_leaf = tree.leaf_of.get(name, node)
+            statuses[name] = QuotaStatus(
+                fair_share=share[node] / MILLI,
+                allocated=held[node] / MILLI,
+                allocated_self=own[own_leaf] / MILLI,
+                saturation=saturation(held[node], share[node]),
+                running=running[node],
+                pending=pending[node],
+                guaranteed=tree.guaranteed[node] / MILLI,
+            )
+        return statuses
+
+    def _pending(self) -> dict[str, PendingReason]:
+        by_leaf: dict[int, list[tuple[tuple[int, float, int], int]]] = {}
+        jobs = self.jobs
+        for m, state in enumerate(self.state):
+            if state == PENDING:
+                by_leaf.setdefault(self.leaf[m], []).append((queue_key(jobs[m], m), m))
+        out: dict[str, PendingReason] = {}
+        free = self.cluster.free_total
+        largest = self.cluster.largest_block()
+        for members in by_leaf.values():
+            members.sort()
+            for position, (_, m) in enumerate(members, start=1):
+                code, args = self._final_reason(m, free)
+                out[jobs[m].id] = PendingReason(code, self._message(m, code, args, free, largest), position)
+        return out
+
+    def _final_reason(self, m: int, free: int) -> tuple[str, tuple[Any, ...]]:
+        reason = self.reasons.get(m)
+        if reason is None:
+            reason = self._static_refusal(m) or (
+                (WAITING_FOR_EVICTION, ()) if self.promised[m] else (INSUFFICIENT_CAPACITY, ())
+            )
+        code = reason[0]
+        if code in _CAPACITY_CODES:
+            return ((NO_FIT if self.need(m) <= free else INSUFFICIENT_CAPACITY), ())
+        return reason
+
+    def _message(self, m: int, code: str, args: tuple[Any, ...], free: int, largest: int) -> str:
+        job = self.jobs[m]
+        replica = self.replica[m]
+        need = self.need(m)
+        count = self.min_count(m)
+        if code == UNKNOWN_QUOTA:
+            return f"quota {job.quota} does not exist"
+        if code == EXCEEDS_CLUSTER:
+            scope, asked, has = args
+            if scope == "node":
+                return f"needs {gpus(asked)} GPUs on one node; the largest node has {gpus(has)}"
+            return f"asks {gpus(asked)} GPUs, the pool has {gpus(has)}"
+        if code == QUOTA_LIMIT:
+            name, allocated, asked, limit = args
+            return f"would exceed the limit of {name}: {gpus(allocated)} + {gpus(asked)} > {gpus(limit)}"
+        if code == GUARANTEED_ONLY:
+            name, allocated, asked, guaranteed = args
+            return (
+                f"non-preemptible jobs must fit in guaranteed quota of {name}: "
+                f"{gpus(allocated)} + {gpus(asked)} > {gpus(guaranteed)}"
+            )
+        if code == QUEUE_BLOCKED:
+            return f"{job.quota} is a fifo queue: waits behind {args[0]}, which does not fit yet"
+        if code == WAITING_FOR_EVICTION:
+            victims = [self.jobs[v].id for v in self.waiting_for.get(m, [])]
+            if victims:
+                return (
+                    f"waiting for {len(victims)} evicted job(s) ({', '.join(sorted(victims))}) to "
+                    f"release their GPUs; {gpus(need)} GPUs are promised to it"
+                )
+            if args:
+                return (
+                    f"waiting for {args[0]} evicted job(s) to release their GPUs; "
+                    f"{gpus(args[1])} GPUs are promised to it"
+                )
+            return f"waiting for evicted jobs to release their GPUs; needs {gpus(need)} GPUs"
+        lf = self.leaf[m]
+        shape = (
+            f"{count} replicas of {gpus(replica)} GPUs, each on one node"
+            if count > 1
+            else f"{gpus(replica)} GPUs on one node"
+        )
+        if replica < MILLI:
+            best = self.cluster.largest_device_free()
+            shape = f"{gpus(replica)} of one GPU" + (f" x {count} replicas" if count > 1 else "")
+            if code == NO_FIT:
+                return f"needs {shape}; the most free on one device is {gpus(best)}"
+        elif code == NO_FIT:
+            return f"needs {shape}; largest free block is {largest}"
+        allocated = self.alloc[lf]
+        share = self.share[lf]
+        name = self.tree.names[lf]
+        if allocated + need > share:
+            context = (
+                f"{name} would go above its fair share ({gpus(allocated)} + {gpus(need)} > "
+                f"{gpus(share)}), so it waits for idle GPUs"
+            )
+        else:
+            context = "no preemptible job can be reclaimed or preempted for it"
+        return f"needs {gpus(need)} GPUs; {gpus(free)} are free in the pool; {context}"
+
+
+def _ready_milli(snapshot: Snapshot) -> int:
+    return sum(node.gpus for node in snapshot.nodes if node.ready) * MILLI
+
+
+def _subtree_ends(tree: QuotaTree) -> list[int]:
+    """Index one past the last descendant; the tree's index order is a preorder walk."""
+    size = len(tree)
+    end = list(range(1, size + 1))
+    for i in range(size - 1, -1, -1):
+        p = tree.parent[i]
+        if p >= 0 and end[i] > end[p]:
+            end[p] = end[i]
+    return end

@@ -20,7 +20,7 @@ _CHILD_PREEMPTION_RANK = 1 << 40
 
 
 def to_milli(gpus: float) -> int:
-    return int(round(gpus * MILLI))
+    return round(gpus * MILLI)
 
 
 def job_replica_milli(job: Job) -> int:
@@ -111,8 +111,8 @@ class QuotaTree:
 
         stack: list[tuple[Quota, int]] = [(q, -1) for q in reversed(kids.get(None, []))]
         while stack:
-            quota, parent = stack.pop()
-            i = add(quota.name, quota, parent, False)
+            quota, above = stack.pop()
+            i = add(quota.name, quota, above, False)
             self.index[quota.name] = i
             g = to_milli(quota.gpus)
             self.guaranteed.append(g)

@@ -1,0 +1,85 @@
+"""Apply a cycle's decisions to a snapshot, as the runtime does, for tests and dry runs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from scheduling.engine.cycle import schedule
+from scheduling.engine.types import (
+    PENDING,
+    RELEASING,
+    RUNNING,
+    Admit,
+    CycleResult,
+    Evict,
+    Grow,
+    Job,
+    Shrink,
+    Snapshot,
+)
+
+
+def release_expired(snapshot: Snapshot, now: float) -> Snapshot:
+    """Releasing jobs whose grace period has passed go back to the queue."""
+    jobs = []
+    changed = False
+    for job in snapshot.jobs:
+        if job.state == RELEASING and (job.evicted_at or 0) + job.grace_seconds <= now:
+            job = _requeued(job)
+            changed = True
+        jobs.append(job)
+    if not changed and snapshot.now == now:
+        return snapshot
+    return replace(snapshot, jobs=tuple(jobs), now=now)
+
+
+def apply(snapshot: Snapshot, result: CycleResult, now: float | None = None) -> Snapshot:
+    """The snapshot after the runtime carried out `result` at time `now`."""
+    when = snapshot.now if now is None else now
+    jobs = {job.id: job for job in snapshot.jobs}
+    for decision in result.decisions:
+        if isinstance(decision, Admit):
+            jobs[decision.job_id] = replace(
+                jobs[decision.job_id],
+                state=RUNNING,
+                placements=decision.placements,
+                started_at=when,
+                beneficiary=None,
+                evicted_at=None,
+            )
+        elif isinstance(decision, Evict):
+            job = jobs[decision.job_id]
+            if job.grace_seconds > 0 and decision.rule != "consolidation":
+                jobs[job.id] = replace(
+                    job, state=RELEASING, beneficiary=decision.beneficiary, evicted_at=when
+                )
+            else:
+                jobs[job.id] = _requeued(job)
+        elif isinstance(decision, Shrink):
+            job = jobs[decision.job_id]
+            remaining = list(job.placements)
+            for placement in decision.remove:
+                remaining.remove(placement)
+            jobs[job.id] = replace(job, placements=tuple(remaining))
+        elif isinstance(decision, Grow):
+            job = jobs[decision.job_id]
+            jobs[job.id] = replace(job, placements=job.placements + decision.add)
+    return release_expired(replace(snapshot, jobs=tuple(jobs.values()), now=when), when)
+
+
+def converge(snapshot: Snapshot, max_cycles: int = 50) -> tuple[Snapshot, list[CycleResult]]:
+    """Run cycles until one decides nothing, as the runtime's loop after an event."""
+    results: list[CycleResult] = []
+    for _ in range(max_cycles):
+        result = schedule(snapshot)
+        results.append(result)
+        if not result.decisions:
+            return snapshot, results
+        snapshot = apply(snapshot, result)
+    raise RuntimeError(f"no convergence after {max_cycles} cycles")
+
+
+def _requeued(job: Job) -> Job:
+    return replace(
+        job, state=PENDING, placements=(), started_at=None, beneficiary=None, evicted_at=None
+    )
