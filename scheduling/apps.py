@@ -1,6 +1,35 @@
+from __future__ import annotations
+
+from typing import Any
+
 from django.apps import AppConfig
+
+
+def _quota_tree_changed(sender: Any, **kwargs: Any) -> None:
+    from scheduling.triggers import request_cycle
+
+    request_cycle(f"quota:{kwargs.get('action', 'changed')}")
+
+
+def _inventory_changed(sender: Any, **kwargs: Any) -> None:
+    from scheduling.triggers import request_cycle
+
+    request_cycle(f"inventory:{kwargs.get('action', 'changed')}")
 
 
 class SchedulingConfig(AppConfig):
     name = "scheduling"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # The quotas app sends these after commit and shows figures only the scheduler knows.
+        from quotas import hooks, signals
+        from scheduling import providers
+
+        signals.quota_tree_changed.connect(_quota_tree_changed, dispatch_uid="scheduling-quota-tree-changed")
+        signals.inventory_changed.connect(_inventory_changed, dispatch_uid="scheduling-inventory-changed")
+        hooks.register_status_provider(providers.quota_status)
+        hooks.register_preview_provider(providers.preview)
+        if hasattr(hooks, "register_quota_delete_guard"):
+            hooks.register_quota_delete_guard(providers.quota_delete_guard)
+            hooks.register_node_delete_guard(providers.node_delete_guard)

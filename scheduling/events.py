@@ -1,0 +1,34 @@
+"""Websocket-ready events on the Channels layer, sent after commit and never allowed to fail a write.
+
+Consumers join the group "scheduler"; each message is `{"type": "scheduler.event", "event": {...}}`
+where the event has a `kind` (cycle, job) and the figures of what changed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+GROUP: Final = "scheduler"
+MESSAGE_TYPE: Final = "scheduler.event"
+
+logger = logging.getLogger(__name__)
+
+
+def publish(event: dict[str, Any]) -> bool:
+    """Best effort: a Redis hiccup loses a live update, never a decision (the database has it)."""
+    if not getattr(settings, "SCHEDULER_PUBLISH_EVENTS", True):
+        return False
+    try:
+        layer = get_channel_layer()
+        if layer is None:
+            return False
+        async_to_sync(layer.group_send)(GROUP, {"type": MESSAGE_TYPE, "event": event})
+    except Exception:
+        logger.warning("could not publish scheduler event %s", event.get("kind"), exc_info=True)
+        return False
+    return True

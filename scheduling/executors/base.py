@@ -1,0 +1,28 @@
+"""What an executor is: the part that carries committed decisions out on real (or simulated) hosts.
+
+The database is the truth. The cycle commits a decision first; then the executor is told
+(`on_admitted`, `on_evicted`) and reports back through the services (`finish_job`, `fail_job`)
+and `tick`, which the worker calls every second or so and at the end of every cycle.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from scheduling.models import Job
+
+
+@runtime_checkable
+class Executor(Protocol):
+    name: str
+
+    def on_admitted(self, job: Job) -> None:
+        """The job was committed as running on its placements: start its replicas."""
+
+    def on_evicted(self, job: Job) -> None:
+        """The job was evicted: signal it to stop; its GPUs are released after `grace_seconds`."""
+
+    def tick(self, now: datetime) -> int:
+        """Report what happened by `now` (finished jobs, grace periods over); returns jobs changed."""
+        ...

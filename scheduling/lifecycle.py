@@ -1,0 +1,109 @@
+"""State changes of one job, shared by the cycle's commit, the services and the executors.
+
+Each runs inside the caller's transaction and changes a job only while it is in the state (and
+at the revision) the caller saw: a job that moved on in the meantime is left alone, and the
+caller learns so from the return value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.db.models import F
+
+from scheduling.models import Job, JobEvent, JobEventKind, JobState, ReplicaPlacementRecord
+
+# The reason a job that asked not to be requeued carries once it is preempted.
+PREEMPTED: str = "preempted"
+
+
+def add_event(
+    *,
+    job_id: int,
+    kind: str,
+    at: datetime,
+    rule: str = "",
+    beneficiary_id: int | None = None,
+    message: str = "",
+) -> JobEvent:
+    return JobEvent.objects.create(
+        job_id=job_id, kind=kind, at=at, rule=rule, beneficiary_id=beneficiary_id, message=message
+    )
+
+
+def release_job(
+    *,
+    job_id: int,
+    seen_state: str,
+    seen_revision: int,
+    requeue: bool,
+    now: datetime,
+    message: str = "",
+) -> str | None:
+    """An evicted job lets go of its GPUs: back to the queue, or failed if it asked not to be requeued.
+
+    Returns the new state, or None when the job was no longer as seen (nothing changed).
+    """
+    new_state = JobState.PENDING if requeue else JobState.FAILED
+    changed = Job.objects.filter(pk=job_id, state=seen_state, revision=seen_revision).update(
+        state=new_state,
+        revision=F("revision") + 1,
+        allocated_gpus=0,
+        running_replicas=0,
+        preemptions=F("preemptions") + 1,
+        started_at=None,
+        evicted_at=None,
+        release_at=None,
+        beneficiary=None,
+        position=None,
+        finished_at=None if requeue else now,
+        reason_code="" if requeue else PREEMPTED,
+        reason_message=""
+        if requeue
+        else f"preempted and not requeued (requeue is false){': ' + message if message else ''}",
+    )
+    if not changed:
+        return None
+    ReplicaPlacementRecord.objects.filter(job_id=job_id).delete()
+    if requeue:
+        add_event(job_id=job_id, kind=JobEventKind.REQUEUED, at=now, message=message or "back in the queue")
+    else:
+        add_event(job_id=job_id, kind=JobEventKind.FAILED, at=now, message=message or "preempted; requeue is false")
+    return new_state
+
+
+def end_job(
+    *,
+    job: Job,
+    final_state: str,
+    event_kind: str,
+    now: datetime,
+    allowed_from: Iterable[str],
+    message: str = "",
+) -> bool:
+    """Move a job (locked by the caller with select_for_update) to a final state, freeing its GPUs.
+
+    Returns False when the job is not in one of `allowed_from`.
+    """
+    if job.state not in tuple(allowed_from):
+        return False
+    changed = Job.objects.filter(pk=job.pk, state=job.state, revision=job.revision).update(
+        state=final_state,
+        revision=F("revision") + 1,
+        allocated_gpus=0,
+        running_replicas=0,
+        finished_at=now,
+        release_at=None,
+        evicted_at=None,
+        beneficiary=None,
+        position=None,
+        reason_code="",
+        reason_message=message,
+    )
+    if not changed:
+        return False
+    ReplicaPlacementRecord.objects.filter(job_id=job.pk).delete()
+    add_event(job_id=job.pk, kind=event_kind, at=now, message=message)
+    job.refresh_from_db()
+    return True

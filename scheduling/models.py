@@ -1,0 +1,211 @@
+"""Jobs, where their replicas run, what happened to them, and the record of every cycle.
+
+The database is the truth: a restarted worker rebuilds everything from these rows. A job's
+`revision` goes up on every change of state or allocation, so that a cycle commits a decision
+only while the job is exactly as its snapshot saw it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class JobKind(models.TextChoices):
+    TRAINING = "training", "Training"
+    INFERENCE = "inference", "Inference"
+    NOTEBOOK = "notebook", "Notebook"
+
+
+# SCHEDULING.md "Words": each kind's priority and preemptibility unless the submitter says otherwise.
+KIND_DEFAULTS: Final[dict[str, tuple[int, bool]]] = {
+    JobKind.INFERENCE: (7, False),
+    JobKind.NOTEBOOK: (5, False),
+    JobKind.TRAINING: (3, True),
+}
+
+
+class JobState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    # Evicted and inside its grace period: it still holds its GPUs until `release_at`.
+    RELEASING = "releasing", "Releasing"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+ACTIVE_STATES: Final = (JobState.PENDING, JobState.RUNNING, JobState.RELEASING)
+HOLDING_STATES: Final = (JobState.RUNNING, JobState.RELEASING)
+FINAL_STATES: Final = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+class Job(models.Model):
+    # The permissions choke point (workspaces.permissions.restrict) finds the workspace here.
+    workspace_field = "workspace"
+    owner_field = "owner"
+
+    name = models.CharField(max_length=200)
+    workspace = models.ForeignKey("workspaces.Workspace", on_delete=models.PROTECT, related_name="jobs")
+    quota = models.ForeignKey("quotas.Quota", on_delete=models.PROTECT, related_name="jobs")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
+    )
+    kind = models.CharField(max_length=20, choices=JobKind.choices)
+    gpus = models.FloatField(help_text="GPUs per replica; below 1 a fraction of one device.")
+    replicas = models.PositiveIntegerField(default=1)
+    min_replicas = models.PositiveIntegerField(null=True, blank=True, help_text="None: not elastic.")
+    priority = models.PositiveSmallIntegerField()
+    preemptible = models.BooleanField()
+    cpu = models.FloatField(default=0)
+    memory_gib = models.FloatField(default=0)
+    command = models.TextField(blank=True, default="")
+    duration = models.FloatField(null=True, blank=True, help_text="Seconds; none: runs until ended.")
+    grace_seconds = models.FloatField(default=0)
+    requeue = models.BooleanField(default=True)
+
+    state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.PENDING, db_index=True)
+    revision = models.PositiveIntegerField(default=0)
+    allocated_gpus = models.FloatField(default=0)
+    running_replicas = models.PositiveIntegerField(default=0)
+    preemptions = models.PositiveIntegerField(default=0)
+    reason_code = models.CharField(max_length=50, blank=True, default="")
+    reason_message = models.TextField(blank=True, default="")
+    position = models.PositiveIntegerField(null=True, blank=True)
+    submitted_at = models.DateTimeField(db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    evicted_at = models.DateTimeField(null=True, blank=True)
+    release_at = models.DateTimeField(null=True, blank=True)
+    beneficiary = models.ForeignKey(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="While releasing: the job it makes room for.",
+    )
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["state", "quota"], name="job_state_quota")]
+        constraints = [
+            models.CheckConstraint(condition=Q(gpus__gt=0), name="job_gpus_positive"),
+            models.CheckConstraint(condition=Q(replicas__gte=1), name="job_replicas_at_least_one"),
+            models.CheckConstraint(
+                condition=Q(min_replicas__isnull=True)
+                | (Q(min_replicas__gte=1) & Q(min_replicas__lte=models.F("replicas"))),
+                name="job_min_replicas_within_replicas",
+            ),
+            models.CheckConstraint(condition=Q(priority__gte=1) & Q(priority__lte=9), name="job_priority_1_to_9"),
+            models.CheckConstraint(
+                condition=Q(cpu__gte=0) & Q(memory_gib__gte=0) & Q(grace_seconds__gte=0) & Q(allocated_gpus__gte=0),
+                name="job_amounts_not_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(duration__isnull=True) | Q(duration__gte=0), name="job_duration_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def requested_gpus(self) -> float:
+        return self.gpus * self.replicas
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+
+class ReplicaPlacementRecord(models.Model):
+    """Where one replica of a running (or releasing) job sits: whole devices, or a fraction of one."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="placements")
+    node = models.ForeignKey("quotas.Node", on_delete=models.PROTECT, related_name="placements")
+    devices = models.JSONField(default=list)
+    fraction = models.FloatField(default=1.0)
+
+    class Meta:
+        ordering = ["job_id", "id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(fraction__gt=0) & Q(fraction__lte=1), name="placement_fraction_0_to_1"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} on {self.node_id} {self.devices}"
+
+    @property
+    def gpus(self) -> float:
+        return self.fraction if self.fraction < 1 else float(len(self.devices))
+
+
+class JobEventKind(models.TextChoices):
+    SUBMITTED = "submitted", "Submitted"
+    ADMITTED = "admitted", "Admitted"
+    EVICTED = "evicted", "Evicted"
+    REQUEUED = "requeued", "Requeued"
+    STARTED = "started", "Started"
+    FINISHED = "finished", "Finished"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    GROWN = "grown", "Grown"
+    SHRUNK = "shrunk", "Shrunk"
+    MOVED = "moved", "Moved"
+
+
+class JobEvent(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(db_index=True)
+    kind = models.CharField(max_length=20, choices=JobEventKind.choices)
+    rule = models.CharField(max_length=50, blank=True, default="")
+    beneficiary = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    message = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.kind}"
+
+
+class CycleRecord(models.Model):
+    started_at = models.DateTimeField(db_index=True)
+    duration_ms = models.FloatField(default=0)
+    trigger = models.CharField(max_length=50, blank=True, default="")
+    admitted = models.PositiveIntegerField(default=0)
+    evicted = models.PositiveIntegerField(default=0)
+    pending = models.PositiveIntegerField(default=0)
+    lock_token = models.BigIntegerField()
+    lock_holder = models.CharField(max_length=200, blank=True, default="")
+    decisions = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"cycle {self.lock_token} at {self.started_at:%H:%M:%S}"
+
+
+class SchedulerFence(models.Model):
+    """One row: the fencing token of the last committed cycle and the count of commits.
+
+    `issued` hands out lock tokens (it lives in the database so that a flushed Redis can never
+    hand out a token below one already used). A cycle commits only if its token is above the
+    last committed one and no cycle committed since its snapshot (`generation` unchanged).
+    """
+
+    SINGLETON_ID: Final = 1
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    issued = models.BigIntegerField(default=0)
+    token = models.BigIntegerField(default=0)
+    generation = models.BigIntegerField(default=0)
+    committed_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"fence token={self.token} generation={self.generation}"

@@ -1,0 +1,75 @@
+"""The figures the quotas app shows but only the scheduler can compute (quotas.hooks).
+
+Status: fair share from the engine over a fresh snapshot, what each subtree holds and waits
+for; a constant number of queries whatever the page size. Preview: the engine run over the
+snapshot that the caller's (dry-run, rolled back) transaction sees.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quotas.hooks import Preview, QuotaStatus
+from quotas.models import Node, Quota
+from scheduling import engine
+from scheduling.clock import get_clock
+from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, ReplicaPlacementRecord
+from scheduling.selectors import build_snapshot, quota_status_figures
+
+
+def quota_status(quotas: list[Quota]) -> dict[int, QuotaStatus]:
+    if not quotas:
+        return {}
+    snapshot, _index = build_snapshot(get_clock().now())
+    figures = quota_status_figures(snapshot)
+    empty = QuotaStatus(fair_share=0.0, allocated=0.0, allocated_self=0.0, running=0, pending=0)
+    return {quota.pk: figures.get(quota.name, empty) for quota in quotas}
+
+
+def preview() -> Preview:
+    snapshot, index = build_snapshot(get_clock().now())
+    result = engine.schedule(snapshot)
+    quota_of = {job.id: job.quota for job in snapshot.jobs}
+    names = {key: seen.name for key, seen in index.jobs.items()}
+    admit: list[dict[str, Any]] = []
+    evict: list[dict[str, Any]] = []
+    for decision in result.decisions:
+        job = {
+            "job": names.get(decision.job_id, decision.job_id),
+            "id": int(decision.job_id),
+            "quota": quota_of.get(decision.job_id),
+        }
+        if isinstance(decision, engine.Admit):
+            gpus = sum(p.fraction if p.fraction < 1 else len(p.devices) for p in decision.placements)
+            admit.append({**job, "kind": "admit", "replicas": len(decision.placements), "gpus": gpus})
+        elif isinstance(decision, engine.Grow):
+            gpus = sum(p.fraction if p.fraction < 1 else len(p.devices) for p in decision.add)
+            admit.append({**job, "kind": "grow", "replicas": len(decision.add), "gpus": gpus})
+        elif isinstance(decision, engine.Evict | engine.Shrink):
+            beneficiary = names.get(decision.beneficiary) if decision.beneficiary else None
+            entry = {
+                **job,
+                "kind": "evict" if isinstance(decision, engine.Evict) else "shrink",
+                "rule": decision.rule,
+                "beneficiary": beneficiary,
+                "reason": decision.reason,
+            }
+            if isinstance(decision, engine.Shrink):
+                entry["replicas"] = len(decision.remove)
+            evict.append(entry)
+    return Preview(admit=admit, evict=evict)
+
+
+def quota_delete_guard(quota: Quota) -> str | None:
+    live = Job.objects.filter(quota=quota, state__in=ACTIVE_STATES).count()
+    if live:
+        return f"{live} live job(s) use {quota.name}; cancel or finish them first"
+    return None
+
+
+def node_delete_guard(node: Node) -> str | None:
+    holding = ReplicaPlacementRecord.objects.filter(node=node, job__state__in=HOLDING_STATES).values("job").distinct()
+    count = holding.count()
+    if count:
+        return f"{count} job(s) run on {node.name}; mark it down and let them move first"
+    return None

@@ -1,0 +1,342 @@
+"""Every write of the scheduling app: submit, cancel, finish and fail a job; run cycles.
+
+Each runs in one transaction with an audit record, and asks for a cycle after commit. Bad
+input raises ValidationError naming the field and the numbers; an action the user may not take
+raises PermissionDenied with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+
+from quotas import audit
+from quotas.models import Quota
+from scheduling import engine, events, lifecycle, triggers
+from scheduling.clock import get_clock
+from scheduling.cycle import CycleOutcome, converge, run_cycle
+from scheduling.models import (
+    ACTIVE_STATES,
+    FINAL_STATES,
+    KIND_DEFAULTS,
+    Job,
+    JobEventKind,
+    JobKind,
+    JobState,
+)
+from scheduling.selectors import build_snapshot, job_key, user_gpus_in_use
+from workspaces.models import Workspace
+from workspaces.permissions import can, check_submission, denial_reason
+
+Actor = AbstractBaseUser | AnonymousUser | None
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitPreview:
+    """What a dry-run submission would meet at the next cycle, computed by the engine."""
+
+    would_admit: bool
+    reason: dict[str, Any] | None
+    placements: list[dict[str, Any]] = field(default_factory=list)
+    evict: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "would_admit": self.would_admit,
+            "reason": self.reason,
+            "placements": self.placements,
+            "evict": self.evict,
+        }
+
+
+def _number(amount: float) -> str:
+    return f"{amount:g}"
+
+
+def validate_job_shape(
+    *,
+    name: str,
+    kind: str,
+    gpus: float,
+    replicas: int,
+    min_replicas: int | None,
+    priority: int,
+    cpu: float,
+    memory_gib: float,
+    duration: float | None,
+    grace_seconds: float,
+) -> None:
+    """The per-job rules of API.md, all at once so one 400 lists every field that is wrong."""
+    errors: dict[str, str] = {}
+    if not name.strip():
+        errors["name"] = "a job needs a name"
+    elif len(name) > 200:
+        errors["name"] = f"at most 200 characters, got {len(name)}"
+    if kind not in JobKind.values:
+        errors["kind"] = f"unknown kind {kind!r}; one of {', '.join(JobKind.values)}"
+    if not math.isfinite(gpus) or gpus <= 0:
+        errors["gpus"] = f"gpus per replica must be above 0, got {_number(gpus)}"
+    elif gpus > 1 and not float(gpus).is_integer():
+        errors["gpus"] = (
+            f"a fraction of a GPU must be below 1 (one device shared); above 1 ask whole GPUs, got {_number(gpus)}"
+        )
+    if replicas < 1:
+        errors["replicas"] = f"replicas must be at least 1, got {replicas}"
+    if min_replicas is not None:
+        if min_replicas < 1:
+            errors["min_replicas"] = f"min_replicas must be at least 1, got {min_replicas}"
+        elif replicas < min_replicas:
+            errors["min_replicas"] = (
+                f"replicas {replicas} < min_replicas {min_replicas}: min_replicas must be ≤ replicas"
+            )
+    if not 1 <= priority <= 9:
+        errors["priority"] = f"priority must be between 1 and 9, got {priority}"
+    for field_name, amount in (("cpu", cpu), ("memory_gib", memory_gib), ("grace_seconds", grace_seconds)):
+        if not math.isfinite(amount) or amount < 0:
+            errors[field_name] = f"{field_name} must be 0 or more, got {_number(amount)}"
+    if duration is not None and (not math.isfinite(duration) or duration < 0):
+        errors["duration"] = f"duration must be 0 or more seconds (or none), got {_number(duration)}"
+    if errors:
+        raise ValidationError(errors)
+
+
+def submit_job(
+    *,
+    actor: Actor,
+    workspace: Workspace,
+    quota: Quota,
+    name: str,
+    kind: str,
+    gpus: float,
+    replicas: int = 1,
+    min_replicas: int | None = None,
+    priority: int | None = None,
+    preemptible: bool | None = None,
+    cpu: float = 0.0,
+    memory_gib: float = 0.0,
+    command: str = "",
+    duration: float | None = None,
+    grace_seconds: float = 0.0,
+    requeue: bool = True,
+    dry_run: bool = False,
+) -> Job | SubmitPreview:
+    """Queue a job (a cycle follows on commit), or with `dry_run` say what the next cycle would do.
+
+    `actor=None` is the scenario runner: no role or cap check, but the quota must be bound to
+    the workspace.
+    """
+    default_priority, default_preemptible = KIND_DEFAULTS.get(kind, (5, True))
+    priority = default_priority if priority is None else priority
+    preemptible = default_preemptible if preemptible is None else preemptible
+    validate_job_shape(
+        name=name,
+        kind=kind,
+        gpus=gpus,
+        replicas=replicas,
+        min_replicas=min_replicas,
+        priority=priority,
+        cpu=cpu,
+        memory_gib=memory_gib,
+        duration=duration,
+        grace_seconds=grace_seconds,
+    )
+    now = get_clock().now()
+    with transaction.atomic():
+        if actor is None:
+            if not workspace.quotas.filter(pk=quota.pk).exists():
+                bound = ", ".join(workspace.quotas.order_by("name").values_list("name", flat=True)) or "none"
+                raise ValidationError(
+                    {"quota": f"{quota.name} is not bound to workspace {workspace.name} (bound quotas: {bound})."}
+                )
+        else:
+            in_use = (
+                user_gpus_in_use(user_id=actor.pk, workspace_id=workspace.pk, quota_id=quota.pk) if actor.pk else 0.0
+            )
+            check_submission(
+                user=actor,
+                workspace=workspace,
+                quota=quota,
+                priority=priority,
+                gpus_per_job=gpus * replicas,
+                user_gpus_in_use=in_use,
+            )
+        job = Job.objects.create(
+            name=name,
+            workspace=workspace,
+            quota=quota,
+            owner=actor if actor is not None and actor.is_authenticated else None,  # type: ignore[misc]
+            kind=kind,
+            gpus=gpus,
+            replicas=replicas,
+            min_replicas=min_replicas,
+            priority=priority,
+            preemptible=preemptible,
+            cpu=cpu,
+            memory_gib=memory_gib,
+            command=command,
+            duration=duration,
+            grace_seconds=grace_seconds,
+            requeue=requeue,
+            submitted_at=now,
+        )
+        if dry_run:
+            preview = _preview_submission(job, now)
+            transaction.set_rollback(True)
+            return preview
+        lifecycle.add_event(
+            job_id=job.pk,
+            kind=JobEventKind.SUBMITTED,
+            at=now,
+            message=f"{replicas} × {_number(gpus)} GPUs to {quota.name} in {workspace.name}, priority {priority}",
+        )
+        audit.record(
+            actor=actor,
+            action="job.submit",
+            object_type="job",
+            object_id=job.pk,
+            object_repr=name,
+            after=job_summary(job),
+        )
+        triggers.request_cycle_on_commit("submit")
+        _publish_on_commit(job)
+    return job
+
+
+def _preview_submission(job: Job, now: Any) -> SubmitPreview:
+    snapshot, index = build_snapshot(now)
+    result = engine.schedule(snapshot)
+    key = job_key(job.pk)
+    names = {k: seen.name for k, seen in index.jobs.items()}
+    admit = next((d for d in result.decisions if isinstance(d, engine.Admit) and d.job_id == key), None)
+    evict = [
+        {"job": names.get(d.job_id, d.job_id), "id": int(d.job_id), "rule": d.rule, "reason": d.reason}
+        for d in result.decisions
+        if isinstance(d, engine.Evict | engine.Shrink) and d.beneficiary == key
+    ]
+    pending = result.pending.get(key)
+    return SubmitPreview(
+        would_admit=admit is not None,
+        reason=None
+        if admit is not None or pending is None
+        else {"code": pending.code, "message": pending.message, "position": pending.position},
+        placements=[
+            {"node": p.node, "devices": list(p.devices), "fraction": p.fraction}
+            for p in (admit.placements if admit is not None else ())
+        ],
+        evict=evict,
+    )
+
+
+def job_summary(job: Job) -> dict[str, Any]:
+    return {
+        "name": job.name,
+        "workspace_id": job.workspace_id,
+        "quota_id": job.quota_id,
+        "kind": job.kind,
+        "gpus": job.gpus,
+        "replicas": job.replicas,
+        "min_replicas": job.min_replicas,
+        "priority": job.priority,
+        "preemptible": job.preemptible,
+        "state": job.state,
+    }
+
+
+def _publish_on_commit(job: Job) -> None:
+    event = {"kind": "job", "id": job.pk, "name": job.name, "state": job.state, "quota_id": job.quota_id}
+    transaction.on_commit(lambda: events.publish(event))
+
+
+def cancel_job(*, actor: Actor, job: Job) -> Job:
+    """The owner, the workspace's operators and admins, and platform admins may cancel; GPUs are freed at once."""
+    if actor is not None and not can(actor, "manage", job):
+        raise PermissionDenied(denial_reason(actor, "manage", job))
+    now = get_clock().now()
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        before = job_summary(locked)
+        if not lifecycle.end_job(
+            job=locked,
+            final_state=JobState.CANCELLED,
+            event_kind=JobEventKind.CANCELLED,
+            now=now,
+            allowed_from=ACTIVE_STATES,
+            message=f"cancelled by {actor.get_username() if actor is not None else 'the scheduler'}",
+        ):
+            raise ValidationError(
+                {"state": f"job {locked.name} is already {locked.state}; only live jobs can be cancelled"}
+            )
+        audit.record(
+            actor=actor,
+            action="job.cancel",
+            object_type="job",
+            object_id=locked.pk,
+            object_repr=locked.name,
+            before=before,
+            after=job_summary(locked),
+        )
+        triggers.request_cycle_on_commit("cancel")
+        _publish_on_commit(locked)
+    return locked
+
+
+def finish_job(*, job: Job, succeeded: bool = True, message: str = "") -> Job:
+    """An executor reports that a running (or releasing) job ended by itself."""
+    final_state = JobState.SUCCEEDED if succeeded else JobState.FAILED
+    now = get_clock().now()
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        before = job_summary(locked)
+        allowed = (JobState.RUNNING, JobState.RELEASING) if succeeded else ACTIVE_STATES
+        if not lifecycle.end_job(
+            job=locked,
+            final_state=final_state,
+            event_kind=JobEventKind.FINISHED if succeeded else JobEventKind.FAILED,
+            now=now,
+            allowed_from=allowed,
+            message=message or ("finished" if succeeded else "failed"),
+        ):
+            raise ValidationError(
+                {
+                    "state": f"job {locked.name} is {locked.state}; only a running job can "
+                    f"{'finish' if succeeded else 'fail'}"
+                }
+            )
+        audit.record(
+            actor=None,
+            action="job.finish" if succeeded else "job.fail",
+            object_type="job",
+            object_id=locked.pk,
+            object_repr=locked.name,
+            before=before,
+            after=job_summary(locked),
+        )
+        triggers.request_cycle_on_commit("finish" if succeeded else "fail")
+        _publish_on_commit(locked)
+    return locked
+
+
+def fail_job(*, job: Job, message: str = "") -> Job:
+    return finish_job(job=job, succeeded=False, message=message)
+
+
+def is_final(job: Job) -> bool:
+    return job.state in FINAL_STATES
+
+
+__all__ = [
+    "CycleOutcome",
+    "SubmitPreview",
+    "cancel_job",
+    "converge",
+    "fail_job",
+    "finish_job",
+    "run_cycle",
+    "submit_job",
+    "validate_job_shape",
+]

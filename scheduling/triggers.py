@@ -1,0 +1,120 @@
+"""Asking for a cycle: after every submit, cancel, finish, release and quota change.
+
+Modes (setting SCHEDULER_TRIGGER, default "celery"):
+
+- "celery": a burst of requests queues one task. The first request sets the Redis key
+  `<prefix>cycle-requested` (SET NX, with a TTL so a lost task cannot block triggers for long)
+  and sends `scheduling.tasks.run_scheduling_cycle`; later requests see the key and do nothing.
+  The task deletes the key before it reads its snapshot, so a request that arrives while it runs
+  queues the next cycle. A broker or Redis outage is logged, never raised: beat catches up.
+- "inline": the cycle runs synchronously in this thread (tests; a request raised from inside a
+  cycle, e.g. by the executor's tick, runs right after it instead of recursing).
+- "none": nothing (whoever drives cycles, such as `simulate` or `converge`, does it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
+from typing import Final
+
+from django.conf import settings
+from django.db import transaction
+
+from scheduling.lock import redis_client, redis_prefix
+
+logger = logging.getLogger(__name__)
+
+MODES: Final = ("celery", "inline", "none")
+_INLINE_MAX_RERUNS: Final = 50
+_local = threading.local()
+
+
+def trigger_mode() -> str:
+    mode = str(getattr(settings, "SCHEDULER_TRIGGER", "celery"))
+    if mode not in MODES:
+        raise ValueError(f"SCHEDULER_TRIGGER must be one of {', '.join(MODES)}, not {mode!r}")
+    return mode
+
+
+def requested_key() -> str:
+    return f"{redis_prefix()}cycle-requested"
+
+
+def request_cycle_on_commit(reason: str) -> None:
+    """What services call: the cycle must see the committed change, so it is asked for after commit."""
+    transaction.on_commit(partial(request_cycle, reason))
+
+
+def request_cycle(reason: str) -> bool:
+    """Ask for a cycle now; returns whether this call queued (or ran) one rather than joining one."""
+    if getattr(_local, "paused", 0):
+        return False
+    mode = trigger_mode()
+    if mode == "none":
+        return False
+    if mode == "inline":
+        return _run_inline(reason)
+    return _queue_task(reason)
+
+
+def _queue_task(reason: str) -> bool:
+    from scheduling.tasks import run_scheduling_cycle
+
+    ttl = max(1, int(float(getattr(settings, "SCHEDULER_BEAT_SECONDS", 5.0)) * 2))
+    try:
+        client = redis_client()
+        if not client.set(requested_key(), reason, nx=True, ex=ttl):
+            return False  # A cycle is already queued; it will see this change too.
+    except Exception:
+        logger.warning("could not mark a cycle as requested (%s); beat will run one", reason, exc_info=True)
+        return False
+    try:
+        run_scheduling_cycle.apply_async(kwargs={"trigger": reason}, retry=False)
+    except Exception:
+        logger.warning("could not queue a cycle (%s); beat will run one", reason, exc_info=True)
+        with contextlib.suppress(Exception):  # the key expires by itself
+            client.delete(requested_key())
+        return False
+    return True
+
+
+def clear_request() -> None:
+    """The task calls this before it reads its snapshot, so later requests queue a fresh cycle."""
+    try:
+        redis_client().delete(requested_key())
+    except Exception:
+        logger.warning("could not clear the cycle request key", exc_info=True)
+
+
+def _run_inline(reason: str) -> bool:
+    from scheduling.cycle import in_cycle, run_cycle
+
+    if getattr(_local, "running", False) or in_cycle():
+        _local.again = True
+        return False
+    _local.running = True
+    try:
+        for _ in range(_INLINE_MAX_RERUNS):
+            _local.again = False
+            run_cycle(trigger=reason)
+            if not _local.again:
+                break
+    finally:
+        _local.running = False
+        _local.again = False
+    return True
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """Drop requests raised in this thread inside the block (the caller runs cycles itself)."""
+    _local.paused = getattr(_local, "paused", 0) + 1
+    try:
+        yield
+    finally:
+        _local.paused -= 1
