@@ -18,6 +18,7 @@ from scheduling.engine.fairshare import (
     NO_LIMIT,
     QuotaTree,
     divide,
+    fractional_nodes,
     job_replica_milli,
     subtree_requests,
 )
@@ -154,7 +155,7 @@ class Session:
         self.alloc = subtree_requests(tree, alloc)
         self.request = subtree_requests(tree, leaf_request)
         self.capacity = _ready_milli(snapshot)
-        self.share = divide(tree, self.request, self.capacity)
+        self.share = divide(tree, self.request, self.capacity, fractional_nodes(tree, jobs))
         self.end = _subtree_ends(tree)
 
     # -- small helpers ------------------------------------------------------------------

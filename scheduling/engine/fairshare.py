@@ -188,17 +188,25 @@ def subtree_requests(tree: QuotaTree, leaf_request: Sequence[int]) -> list[int]:
     return request
 
 
-def divide(tree: QuotaTree, request: Sequence[int], capacity: int) -> list[int]:
-    """Fair share of every tree node, top-down (SCHEDULING.md §1)."""
+def divide(
+    tree: QuotaTree, request: Sequence[int], capacity: int, fractional: Sequence[bool] | None = None
+) -> list[int]:
+    """Fair share of every tree node, top-down (SCHEDULING.md §1).
+
+    `fractional[i]`: node i has fractional jobs in its subtree and may take fractions of a GPU
+    from idle capacity; others take whole GPUs.
+    """
     share = [0] * len(tree)
-    _divide_level(tree, tree.roots, capacity, request, share, None)
+    if fractional is None:
+        fractional = [r % MILLI != 0 for r in request]
+    _divide_level(tree, tree.roots, capacity, request, share, None, fractional)
     for i in range(len(tree)):
         kids = tree.children[i]
         if kids:
             squeeze = -1
             if tree.child_preemption[i] and tree.is_self[kids[0]]:
                 squeeze = tree.guaranteed[i]
-            _divide_level(tree, kids, share[i], request, share, squeeze)
+            _divide_level(tree, kids, share[i], request, share, squeeze, fractional)
     return share
 
 
@@ -209,6 +217,7 @@ def _divide_level(
     request: Sequence[int],
     share: list[int],
     squeeze: int | None,
+    fractional: Sequence[bool],
 ) -> None:
     guaranteed = tree.guaranteed
     limit = tree.limit
@@ -249,7 +258,7 @@ def _divide_level(
         group_rank = rank[hungry[start][0]]
         while end < len(hungry) and rank[hungry[end][0]] == group_rank:
             end += 1
-        remaining = _idle_rounds(tree, hungry[start:end], remaining, request, share)
+        remaining = _idle_rounds(tree, hungry[start:end], remaining, fractional, share)
         start = end
 
 
@@ -276,11 +285,11 @@ def _idle_rounds(
     tree: QuotaTree,
     group: list[tuple[int, int]],
     remaining: int,
-    request: Sequence[int],
+    fractional: Sequence[bool],
     share: list[int],
 ) -> int:
     weight = tree.weight
-    active = [(k, cap, request[k] % MILLI == 0) for k, cap in group if weight[k] > 0]
+    active = [(k, cap, not fractional[k]) for k, cap in group if weight[k] > 0]
     lost: dict[int, float] = {}
     while remaining > 0 and active:
         total_weight = 0.0
@@ -334,6 +343,19 @@ def requests_by_leaf(tree: QuotaTree, jobs: Iterable[Job]) -> list[int]:
     return leaf_request
 
 
+def fractional_nodes(tree: QuotaTree, jobs: Iterable[Job]) -> list[bool]:
+    """Nodes whose subtree holds a job with a fractional replica."""
+    flags = [False] * len(tree)
+    leaf_of = tree.leaf_of
+    for job in jobs:
+        if job.gpus < 1:
+            leaf = leaf_of.get(job.quota)
+            if leaf is not None:
+                for node in tree.chain[leaf]:
+                    flags[node] = True
+    return flags
+
+
 def ready_capacity(snapshot: Snapshot) -> int:
     return sum(node.gpus for node in snapshot.nodes if node.ready) * MILLI
 
@@ -343,7 +365,8 @@ def fair_shares(snapshot: Snapshot) -> dict[str, float]:
     owners = {job.quota for job in snapshot.jobs}
     tree = QuotaTree(snapshot.quotas, owners)
     request = subtree_requests(tree, requests_by_leaf(tree, snapshot.jobs))
-    share = divide(tree, request, ready_capacity(snapshot))
+    fractional = fractional_nodes(tree, snapshot.jobs)
+    share = divide(tree, request, ready_capacity(snapshot), fractional)
     return {tree.names[i]: share[i] / MILLI for i in range(len(tree))}
 
 
