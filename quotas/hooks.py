@@ -3,6 +3,8 @@
 Imports point one way (scheduling → workspaces → quotas), yet a quota's `status` and a
 dry-run `preview` come from the scheduler. The scheduling app registers its providers here
 at start (`SchedulingConfig.ready`); until then the quotas app answers with what it has.
+Higher apps may also register delete guards: a quota (or node) that something above still
+depends on must not be deleted, and only that app knows what depends on it.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypedDict
 
-from quotas.models import Quota
+from quotas.models import Node, Quota
 
 
 class QuotaStatus(TypedDict):
@@ -28,9 +30,14 @@ class Preview(TypedDict):
 
 StatusProvider = Callable[[list[Quota]], dict[int, QuotaStatus]]
 PreviewProvider = Callable[[], Preview]
+# A guard answers why the object may not be deleted, or None when nothing holds it.
+QuotaDeleteGuard = Callable[[Quota], str | None]
+NodeDeleteGuard = Callable[[Node], str | None]
 
 _status_provider: StatusProvider | None = None
 _preview_provider: PreviewProvider | None = None
+_quota_delete_guards: list[QuotaDeleteGuard] = []
+_node_delete_guards: list[NodeDeleteGuard] = []
 
 
 def register_status_provider(provider: StatusProvider) -> None:
@@ -41,6 +48,27 @@ def register_status_provider(provider: StatusProvider) -> None:
 def register_preview_provider(provider: PreviewProvider) -> None:
     global _preview_provider
     _preview_provider = provider
+
+
+def register_quota_delete_guard(guard: QuotaDeleteGuard) -> None:
+    """Idempotent, so an app's `ready()` running twice does not double the checks."""
+    if guard not in _quota_delete_guards:
+        _quota_delete_guards.append(guard)
+
+
+def unregister_quota_delete_guard(guard: QuotaDeleteGuard) -> None:
+    if guard in _quota_delete_guards:
+        _quota_delete_guards.remove(guard)
+
+
+def register_node_delete_guard(guard: NodeDeleteGuard) -> None:
+    if guard not in _node_delete_guards:
+        _node_delete_guards.append(guard)
+
+
+def unregister_node_delete_guard(guard: NodeDeleteGuard) -> None:
+    if guard in _node_delete_guards:
+        _node_delete_guards.remove(guard)
 
 
 def quota_status(quotas: Iterable[Quota]) -> dict[int, QuotaStatus]:
@@ -59,3 +87,12 @@ def preview() -> Preview:
     if _preview_provider is not None:
         return _preview_provider()
     return Preview(admit=[], evict=[])
+
+
+def quota_delete_blockers(quota: Quota) -> list[str]:
+    """Reasons from the registered guards why `quota` must stay."""
+    return [reason for guard in _quota_delete_guards if (reason := guard(quota))]
+
+
+def node_delete_blockers(node: Node) -> list[str]:
+    return [reason for guard in _node_delete_guards if (reason := guard(node))]

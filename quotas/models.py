@@ -106,7 +106,9 @@ class Quota(models.Model):
                 condition=Q(memory_gib__isnull=True) | Q(memory_gib__gte=0), name="quota_memory_not_negative"
             ),
             models.CheckConstraint(condition=Q(limit__isnull=True) | Q(limit__gte=0), name="quota_limit_not_negative"),
-            models.CheckConstraint(condition=Q(weight__isnull=True) | Q(weight__gte=0), name="quota_weight_not_negative"),
+            models.CheckConstraint(
+                condition=Q(weight__isnull=True) | Q(weight__gte=0), name="quota_weight_not_negative"
+            ),
         ]
 
     def __str__(self) -> str:

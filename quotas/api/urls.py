@@ -2,6 +2,11 @@
 
 from rest_framework.routers import SimpleRouter
 
+from quotas.api.views import AuditLogViewSet, NodeViewSet, QuotaViewSet
+
 router = SimpleRouter(trailing_slash=True)
+router.register("nodes", NodeViewSet, basename="node")
+router.register("quotas", QuotaViewSet, basename="quota")
+router.register("audit-log", AuditLogViewSet, basename="audit-log")
 
 urlpatterns = router.urls

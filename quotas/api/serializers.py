@@ -1,0 +1,152 @@
+"""Shapes of the quotas API; the rules themselves live in `quotas.services`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from rest_framework import serializers
+
+from quotas import selectors
+from quotas.hooks import QuotaStatus
+from quotas.models import AuditRecord, Node, Quota
+
+
+class QuotaNameField(serializers.SlugRelatedField):  # type: ignore[type-arg]
+    """A quota referred to by its unique name, looked up among the quotas the user may see."""
+
+    default_error_messages = {
+        "does_not_exist": "There is no quota named {value}.",
+        "invalid": "A quota is named by a string.",
+    }
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(slug_field="name", **kwargs)
+
+    def get_queryset(self) -> QuerySet[Quota]:
+        request = self.context.get("request")
+        return selectors.visible_quotas(getattr(request, "user", None))
+
+
+class QuotaStatusSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    fair_share = serializers.FloatField()
+    allocated = serializers.FloatField()
+    allocated_self = serializers.FloatField()
+    running = serializers.IntegerField()
+    pending = serializers.IntegerField()
+
+
+class QuotaListSerializer(serializers.ListSerializer):  # type: ignore[type-arg]
+    """Asks the scheduler for the status of the whole page at once, so queries stay constant."""
+
+    def to_representation(self, data: Any) -> list[Any]:
+        quotas = list(data.all() if isinstance(data, QuerySet) else data)
+        self.context["statuses"] = selectors.quota_statuses(quotas)
+        return super().to_representation(quotas)
+
+
+class QuotaSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    parent = QuotaNameField(allow_null=True, required=False)  # type: ignore[assignment]
+    effective_weight = serializers.FloatField(read_only=True)
+    status = serializers.SerializerMethodField()
+    dry_run = serializers.BooleanField(write_only=True, required=False, default=False)
+
+    class Meta:
+        model = Quota
+        list_serializer_class = QuotaListSerializer
+        fields = [
+            "id",
+            "name",
+            "parent",
+            "gpus",
+            "cpu",
+            "memory_gib",
+            "limit",
+            "weight",
+            "effective_weight",
+            "rank",
+            "child_preemption",
+            "same_level_preemption",
+            "queue_policy",
+            "min_runtime_seconds",
+            "status",
+            "dry_run",
+        ]
+        read_only_fields = ["id"]
+        # Uniqueness is a rule of the service, which names the clash; the API does not pre-empt it.
+        extra_kwargs: dict[str, dict[str, Any]] = {"name": {"validators": []}}
+
+    def get_status(self, quota: Quota) -> QuotaStatus:
+        statuses: dict[int, QuotaStatus] | None = self.context.get("statuses")
+        if statuses is None or quota.pk not in statuses:
+            statuses = selectors.quota_statuses([quota])
+        return statuses[quota.pk]
+
+
+class ScaleSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    gpus = serializers.FloatField(required=False)
+    cpu = serializers.FloatField(required=False)
+    memory_gib = serializers.FloatField(required=False)
+    dry_run = serializers.BooleanField(required=False, default=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not any(field in attrs for field in ("gpus", "cpu", "memory_gib")):
+            raise serializers.ValidationError({"gpus": "Name at least one of gpus, cpu, memory_gib to scale."})
+        return attrs
+
+
+class TransferSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """`from` is a Python keyword, so the fields are built here rather than declared."""
+
+    def get_fields(self) -> dict[str, serializers.Field]:  # type: ignore[type-arg]
+        return {
+            "from": QuotaNameField(),
+            "to": QuotaNameField(),
+            "gpus": serializers.FloatField(required=False, default=0),
+            "cpu": serializers.FloatField(required=False, default=0),
+            "memory_gib": serializers.FloatField(required=False, default=0),
+            "dry_run": serializers.BooleanField(required=False, default=False),
+        }
+
+
+class TransferResultSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    def get_fields(self) -> dict[str, serializers.Field]:  # type: ignore[type-arg]
+        return {"from": QuotaSerializer(read_only=True), "to": QuotaSerializer(read_only=True)}
+
+
+class DryRunPreviewSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    admit = serializers.ListField(child=serializers.DictField())
+    evict = serializers.ListField(child=serializers.DictField())
+    tree = serializers.ListField(child=serializers.DictField())
+
+
+class DryRunResultSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """Documents the answer of a `dry_run: true` write."""
+
+    valid = serializers.BooleanField()
+    errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))  # type: ignore[assignment]
+    preview = DryRunPreviewSerializer(allow_null=True)
+
+
+class NodeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    dry_run = serializers.BooleanField(write_only=True, required=False, default=False)
+
+    class Meta:
+        model = Node
+        fields = ["id", "name", "gpus", "cpu", "memory_gib", "gpu_model", "labels", "state", "dry_run"]
+        read_only_fields = ["id"]
+        extra_kwargs: dict[str, dict[str, Any]] = {"name": {"validators": []}}
+
+
+class DryRunSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    dry_run = serializers.BooleanField(required=False, default=False)
+
+
+class AuditRecordSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    actor: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    object = serializers.CharField(source="object_repr", read_only=True)
+
+    class Meta:
+        model = AuditRecord
+        fields = ["at", "actor", "action", "object_type", "object", "before", "after"]
+        read_only_fields = fields

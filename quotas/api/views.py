@@ -1,0 +1,196 @@
+"""Viewsets of nodes, quotas (with scale and transfer) and the audit log: shape in, service call, shape out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from console.api import IsPlatformAdmin, PlatformAdminWritesOthersRead
+from quotas import selectors, services
+from quotas.api.filters import AuditRecordFilter, NodeFilter, QuotaFilter
+from quotas.api.serializers import (
+    AuditRecordSerializer,
+    DryRunResultSerializer,
+    DryRunSerializer,
+    NodeSerializer,
+    QuotaSerializer,
+    ScaleSerializer,
+    TransferResultSerializer,
+    TransferSerializer,
+)
+from quotas.models import AuditRecord, Node, NodeState, Quota
+
+DRY_RUN_PARAMETER = OpenApiParameter(
+    "dry_run", OpenApiTypes.BOOL, description="Validate and preview only; nothing changes. Also accepted in the body."
+)
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def _dry_run(request: Request, validated: dict[str, Any]) -> bool:
+    """`dry_run` from the body, or from the query string (the only place a DELETE can carry it)."""
+    from_body = bool(validated.pop("dry_run", False))
+    return from_body or request.query_params.get("dry_run", "").lower() in _TRUE
+
+
+def _query_dry_run(request: Request) -> bool:
+    serializer = DryRunSerializer(data={"dry_run": request.query_params.get("dry_run", False)})
+    serializer.is_valid(raise_exception=True)
+    return bool(serializer.validated_data["dry_run"])
+
+
+@extend_schema(parameters=[DRY_RUN_PARAMETER])
+class QuotaViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
+    """The quota tree. Platform admins write; signed-in users read what they may see."""
+
+    serializer_class = QuotaSerializer
+    permission_classes = [PlatformAdminWritesOthersRead]
+    filterset_class = QuotaFilter
+
+    def get_queryset(self) -> QuerySet[Quota]:
+        return selectors.quota_list(user=self.request.user)
+
+    def _represent(self, quota: Quota, *, status_code: int = status.HTTP_200_OK) -> Response:
+        return Response(QuotaSerializer(quota, context=self.get_serializer_context()).data, status=status_code)
+
+    @extend_schema(responses={201: QuotaSerializer, 200: DryRunResultSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        fields = dict(serializer.validated_data)
+        dry_run = _dry_run(request, fields)
+        outcome = services.create_quota(actor=request.user, dry_run=dry_run, **fields)
+        if isinstance(outcome, Quota):
+            return self._represent(outcome, status_code=status.HTTP_201_CREATED)
+        return Response(outcome)
+
+    @extend_schema(responses={200: QuotaSerializer})
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        quota = self.get_object()
+        serializer = self.get_serializer(quota, data=request.data, partial=kwargs.get("partial", False))
+        serializer.is_valid(raise_exception=True)
+        changes = dict(serializer.validated_data)
+        dry_run = _dry_run(request, changes)
+        outcome = services.update_quota(actor=request.user, quota=quota, dry_run=dry_run, **changes)
+        if isinstance(outcome, Quota):
+            return self._represent(outcome)
+        return Response(outcome)
+
+    @extend_schema(responses={204: None, 200: DryRunResultSerializer})
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        quota = self.get_object()
+        outcome = services.delete_quota(actor=request.user, quota=quota, dry_run=_query_dry_run(request))
+        if outcome is None:
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        return Response(outcome)
+
+    @extend_schema(request=ScaleSerializer, responses={200: QuotaSerializer})
+    @action(detail=True, methods=["post"])
+    def scale(self, request: Request, pk: str | None = None) -> Response:
+        """Set new guarantees; up needs room in the parent, down is allowed down to what the children hold."""
+        quota = self.get_object()
+        serializer = ScaleSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        amounts = dict(serializer.validated_data)
+        dry_run = _dry_run(request, amounts)
+        outcome = services.scale_quota(actor=request.user, quota=quota, dry_run=dry_run, **amounts)
+        if isinstance(outcome, Quota):
+            return self._represent(outcome)
+        return Response(outcome)
+
+    @extend_schema(request=TransferSerializer, responses={200: TransferResultSerializer})
+    @action(detail=False, methods=["post"])
+    def transfer(self, request: Request) -> Response:
+        """Move guarantee between two siblings in one step."""
+        serializer = TransferSerializer(data=request.data, context=self.get_serializer_context())
+        serializer.is_valid(raise_exception=True)
+        amounts = dict(serializer.validated_data)
+        dry_run = _dry_run(request, amounts)
+        source, target = amounts.pop("from"), amounts.pop("to")
+        outcome = services.transfer_quota(actor=request.user, source=source, target=target, dry_run=dry_run, **amounts)
+        if isinstance(outcome, tuple):
+            context = self.get_serializer_context()
+            moved = QuotaSerializer(outcome, many=True, context=context).data
+            return Response({"from": moved[0], "to": moved[1]})
+        return Response(outcome)
+
+
+@extend_schema(parameters=[DRY_RUN_PARAMETER])
+class NodeViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
+    """The inventory. Platform admins write; signed-in users read."""
+
+    serializer_class = NodeSerializer
+    permission_classes = [PlatformAdminWritesOthersRead]
+    filterset_class = NodeFilter
+
+    def get_queryset(self) -> QuerySet[Node]:
+        return selectors.node_list(user=self.request.user)
+
+    def _represent(self, node: Node, *, status_code: int = status.HTTP_200_OK) -> Response:
+        return Response(NodeSerializer(node, context=self.get_serializer_context()).data, status=status_code)
+
+    @extend_schema(responses={201: NodeSerializer, 200: DryRunResultSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        fields = dict(serializer.validated_data)
+        dry_run = _dry_run(request, fields)
+        outcome = services.create_node(actor=request.user, dry_run=dry_run, **fields)
+        if isinstance(outcome, Node):
+            return self._represent(outcome, status_code=status.HTTP_201_CREATED)
+        return Response(outcome)
+
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        node = self.get_object()
+        serializer = self.get_serializer(node, data=request.data, partial=kwargs.get("partial", False))
+        serializer.is_valid(raise_exception=True)
+        changes = dict(serializer.validated_data)
+        dry_run = _dry_run(request, changes)
+        outcome = services.update_node(actor=request.user, node=node, dry_run=dry_run, **changes)
+        if isinstance(outcome, Node):
+            return self._represent(outcome)
+        return Response(outcome)
+
+    @extend_schema(responses={204: None, 200: DryRunResultSerializer})
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        outcome = services.delete_node(actor=request.user, node=self.get_object(), dry_run=_query_dry_run(request))
+        if outcome is None:
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        return Response(outcome)
+
+    def _set_state(self, request: Request, state: str) -> Response:
+        serializer = DryRunSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        dry_run = _dry_run(request, dict(serializer.validated_data))
+        outcome = services.set_node_state(actor=request.user, node=self.get_object(), state=state, dry_run=dry_run)
+        if isinstance(outcome, Node):
+            return self._represent(outcome)
+        return Response(outcome)
+
+    @extend_schema(request=DryRunSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def down(self, request: Request, pk: str | None = None) -> Response:
+        """Take the node out of placement; guarantees still count it."""
+        return self._set_state(request, NodeState.DOWN)
+
+    @extend_schema(request=DryRunSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def up(self, request: Request, pk: str | None = None) -> Response:
+        return self._set_state(request, NodeState.READY)
+
+
+class AuditLogViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):  # type: ignore[type-arg]
+    """Who changed what and when, newest first; platform admins only."""
+
+    serializer_class = AuditRecordSerializer
+    permission_classes = [IsPlatformAdmin]
+    filterset_class = AuditRecordFilter
+
+    def get_queryset(self) -> QuerySet[AuditRecord]:
+        return selectors.audit_log()

@@ -1,0 +1,150 @@
+"""Reads of the quotas app that the API, the pages and the scheduler share.
+
+Every queryset a user is shown goes through `visible_quotas` / `visible_nodes`, so that the
+workspaces app can later filter them for non-admins in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import QuerySet, Sum
+
+from quotas import hooks
+from quotas.models import AuditRecord, Node, NodeState, Quota, ResourcePool
+
+Viewer = AbstractBaseUser | AnonymousUser | None
+
+
+class QuotaTreeEntry(TypedDict):
+    id: int
+    name: str
+    parent: str | None
+    gpus: float
+    cpu: float | None
+    memory_gib: float | None
+    limit: float | None
+    weight: float | None
+    effective_weight: float
+    rank: int
+    child_preemption: bool
+    same_level_preemption: bool
+    queue_policy: str
+    min_runtime_seconds: int | None
+
+
+class PoolCapacity(TypedDict):
+    """What the roots of a pool may guarantee: every node counts, ready or not."""
+
+    gpus: float
+    cpu: float
+    memory_gib: float
+    nodes: int
+    ready_nodes: int
+    ready_gpus: float
+
+
+def visible_quotas(user: Viewer) -> QuerySet[Quota]:
+    """The one choke point for which quotas a user may see; every signed-in user sees all for now."""
+    del user
+    return Quota.objects.all()
+
+
+def quota_list(*, user: Viewer = None) -> QuerySet[Quota]:
+    # The parent is shown by name, so it is joined in rather than fetched per row.
+    return visible_quotas(user).select_related("parent").order_by("id")
+
+
+def quota_statuses(quotas: Sequence[Quota]) -> dict[int, hooks.QuotaStatus]:
+    """Status of a page of quotas in one call, so the queries do not grow with the page."""
+    return hooks.quota_status(quotas)
+
+
+def quota_tree(*, pool: ResourcePool | int | None = None) -> list[QuotaTreeEntry]:
+    """The quota tree of a pool (all pools when None) as plain entries, parents by name, in one query."""
+    quotas = Quota.objects.order_by("id")
+    if pool is not None:
+        quotas = quotas.filter(pool=pool)
+    rows = quotas.values(
+        "id",
+        "name",
+        "parent__name",
+        "gpus",
+        "cpu",
+        "memory_gib",
+        "limit",
+        "weight",
+        "rank",
+        "child_preemption",
+        "same_level_preemption",
+        "queue_policy",
+        "min_runtime_seconds",
+    )
+    return [_tree_entry(row) for row in rows]
+
+
+def _tree_entry(row: Mapping[str, Any]) -> QuotaTreeEntry:
+    return QuotaTreeEntry(
+        id=row["id"],
+        name=row["name"],
+        parent=row["parent__name"],
+        gpus=row["gpus"],
+        cpu=row["cpu"],
+        memory_gib=row["memory_gib"],
+        limit=row["limit"],
+        weight=row["weight"],
+        effective_weight=row["gpus"] if row["weight"] is None else row["weight"],
+        rank=row["rank"],
+        child_preemption=row["child_preemption"],
+        same_level_preemption=row["same_level_preemption"],
+        queue_policy=row["queue_policy"],
+        min_runtime_seconds=row["min_runtime_seconds"],
+    )
+
+
+def default_pool() -> ResourcePool | None:
+    """The default pool, or None before anything was created in it (reads never create it)."""
+    return ResourcePool.objects.filter(name=ResourcePool.DEFAULT_NAME).first()
+
+
+def pool_capacity(*, pool: ResourcePool | int) -> PoolCapacity:
+    nodes = Node.objects.filter(pool=pool)
+    totals = nodes.aggregate(gpus=Sum("gpus"), cpu=Sum("cpu"), memory_gib=Sum("memory_gib"))
+    ready = nodes.filter(state=NodeState.READY).aggregate(gpus=Sum("gpus"))
+    return PoolCapacity(
+        gpus=float(totals["gpus"] or 0),
+        cpu=float(totals["cpu"] or 0),
+        memory_gib=float(totals["memory_gib"] or 0),
+        nodes=nodes.count(),
+        ready_nodes=nodes.filter(state=NodeState.READY).count(),
+        ready_gpus=float(ready["gpus"] or 0),
+    )
+
+
+def visible_nodes(user: Viewer) -> QuerySet[Node]:
+    """The choke point for nodes; inventory is not secret, every signed-in user sees it."""
+    del user
+    return Node.objects.all()
+
+
+def node_list(*, user: Viewer = None) -> QuerySet[Node]:
+    return visible_nodes(user).order_by("id")
+
+
+def audit_log(
+    *,
+    action: str | None = None,
+    object_type: str | None = None,
+    actor: str | None = None,
+) -> QuerySet[AuditRecord]:
+    """Newest first; `actor` is a username."""
+    records = AuditRecord.objects.select_related("actor").order_by("-at", "-id")
+    if action:
+        records = records.filter(action=action)
+    if object_type:
+        records = records.filter(object_type=object_type)
+    if actor:
+        records = records.filter(actor__username=actor)
+    return records
