@@ -68,6 +68,10 @@ class PermissionWorld:
             "quota_own": self.quotas["Quota1.1"].pk,
             "quota_foreign": self.quotas["Quota1.2"].pk,
             "quota_root": self.quotas["Quota1"].pk,
+            "own_member": self.own.memberships.get(user=self.users["developer"]).pk,
+            "foreign_member": self.foreign.memberships.get(user=self.foreign_users["developer"]).pk,
+            "own_spare_role": self.own.custom_roles.get(name="auditor").pk,
+            "foreign_role": self.foreign.custom_roles.get(name="auditor").pk,
         }
 
 
@@ -83,7 +87,7 @@ def build_quota_tree() -> tuple[ResourcePool, dict[str, Quota]]:
 
 def make_account(username: str, *, platform_admin: bool = False) -> AbstractUser:
     user: AbstractUser = get_user_model().objects.create_user(  # type: ignore[attr-defined]
-        username=username, password="correct-horse-battery", is_superuser=platform_admin, is_staff=platform_admin
+        username=username, password=None, is_superuser=platform_admin, is_staff=platform_admin
     )
     return user
 
@@ -95,6 +99,8 @@ def build_world() -> PermissionWorld:
     world = PermissionWorld(pool=pool, quotas=quotas, own=own, foreign=foreign)
     world.users["platform_admin"] = make_account("root", platform_admin=True)
     services.create_custom_role(actor=None, workspace=own, name="submitter", permissions=[JOB_SUBMIT])
+    for workspace in (own, foreign):  # held by nobody, so it may be deleted
+        services.create_custom_role(actor=None, workspace=workspace, name="auditor", permissions=[])
     for persona, role in MEMBER_ROLES.items():
         user = make_account(f"b-{persona.replace('_', '-')}")
         services.add_member(actor=None, workspace=own, user=user, role=role)

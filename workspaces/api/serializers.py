@@ -1,0 +1,76 @@
+"""Shapes of the workspaces API: names in bodies, ids in URLs; rules are checked in services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from rest_framework import serializers
+
+from quotas.models import Quota
+from workspaces.models import CustomRole, Membership, Workspace
+
+
+class WorkspaceSerializer(serializers.ModelSerializer[Workspace]):
+    quotas = serializers.SlugRelatedField(
+        many=True, slug_field="name", queryset=Quota.objects.all(), required=False, help_text="Bound quotas, by name."
+    )
+
+    class Meta:
+        model = Workspace
+        fields = ["id", "name", "description", "quotas"]
+        read_only_fields = ["id"]
+
+
+class MembershipSerializer(serializers.ModelSerializer[Membership]):
+    user = serializers.SlugRelatedField(slug_field="username", queryset=get_user_model().objects.all())
+    role = serializers.CharField(
+        max_length=100, help_text="admin, developer, operator, labeling_admin, visitor or a custom role's name."
+    )
+
+    class Meta:
+        model = Membership
+        fields = ["id", "user", "role"]
+        read_only_fields = ["id"]
+
+    def validate_user(self, user: Any) -> Any:
+        # Whose membership it is never changes; remove it and add another instead.
+        if self.instance is not None and user.pk != self.instance.user_id:
+            raise serializers.ValidationError("A membership's user cannot change; remove it and add the other user.")
+        return user
+
+
+class CustomRoleSerializer(serializers.ModelSerializer[CustomRole]):
+    permissions = serializers.ListField(
+        child=serializers.CharField(), help_text="job.submit, job.manage_all, workspace.manage."
+    )
+
+    class Meta:
+        model = CustomRole
+        fields = ["id", "name", "permissions"]
+        read_only_fields = ["id"]
+
+    def validate_name(self, name: str) -> str:
+        # Members and rules refer to a role by its name, so a rename would silently strand them.
+        if self.instance is not None and name != self.instance.name:
+            raise serializers.ValidationError("A role cannot be renamed; create a new one and move its members.")
+        return name
+
+
+class CapSerializer(serializers.Serializer[dict[str, Any]]):
+    priority_min = serializers.IntegerField()
+    priority_max = serializers.IntegerField()
+    max_gpus_per_job = serializers.FloatField(required=False, allow_null=True, default=None)
+    max_gpus_per_user = serializers.FloatField(required=False, allow_null=True, default=None)
+
+
+class RuleSerializer(serializers.Serializer[dict[str, Any]]):
+    quota = serializers.CharField(help_text="A quota bound to the workspace, by name.")
+    roles = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+    non_members = serializers.BooleanField(required=False, default=False)
+    authorized_users = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+    caps = CapSerializer(many=True, required=False, default=list)
+
+
+class SchedulingConfigSerializer(serializers.Serializer[dict[str, Any]]):
+    rules = RuleSerializer(many=True)
