@@ -22,7 +22,7 @@ from scheduling.engine.fairshare import (
     job_replica_milli,
     subtree_requests,
 )
-from scheduling.engine.policies import RULE_ORDER, gpus, queue_key, saturation, victim_key
+from scheduling.engine.policies import RULE_ORDER, gpu_count, gpus, queue_key, saturation, victim_key
 from scheduling.engine.types import (
     CHILD_PREEMPTION,
     CONSOLIDATION,
@@ -321,9 +321,7 @@ class Session:
                     for behind in queue[position:]:
                         self.tried.append(behind)
                         self.reasons[behind] = self._static_refusal(behind) or (
-                            (WAITING_FOR_EVICTION, ())
-                            if self.promised[behind]
-                            else (INSUFFICIENT_CAPACITY, ())
+                            (WAITING_FOR_EVICTION, ()) if self.promised[behind] else (INSUFFICIENT_CAPACITY, ())
                         )
                     position = len(queue)
             cursor[lf] = position
@@ -426,7 +424,7 @@ class Session:
                     continue
                 self._set(self.touched, mover, True)
                 reason = (
-                    f"moved so that {beneficiary} can start: its {gpus(self.need(i))} GPUs are free "
+                    f"moved so that {beneficiary} can start: its {gpu_count(self.need(i))} are free "
                     "but fragmented across nodes"
                 )
                 self._decide(Evict(self.jobs[mover].id, CONSOLIDATION, beneficiary, reason))
@@ -476,10 +474,7 @@ class Session:
                 blocked_fifo.add(lf)
             job = self.jobs[i]
             signature = (job.priority, self.replica[i], self.min_count(i))
-            if any(
-                p >= signature[0] and r <= signature[1] and c <= signature[2]
-                for p, r, c in failed.get(lf, ())
-            ):
+            if any(p >= signature[0] and r <= signature[1] and c <= signature[2] for p, r, c in failed.get(lf, ())):
                 continue
             if not self._may_search(i):
                 continue
@@ -542,8 +537,12 @@ class Session:
             previous = node
         return len(qchain) - 1, previous
 
-    def _rule_for(self, i: int, m: int, amount: int) -> tuple[str, int, str] | None:
-        """Which rule lets job i take `amount` GPUs of job m now: (rule, Q branch level, variant)."""
+    def _rule_for(self, i: int, m: int, amount: int, only: str | None = None) -> tuple[str, int, str] | None:
+        """Which rule lets job i take `amount` GPUs of job m now: (rule, Q branch level, variant).
+
+        `only` restricts the answer to the rule whose stream offered the victim, so that the
+        order of preference between rules holds.
+        """
         tree = self.tree
         job = self.jobs[i]
         victim = self.jobs[m]
@@ -553,32 +552,52 @@ class Session:
         share = self.share
         need = self.need(i)
         if vleaf == qleaf:
-            if victim.priority < job.priority:
+            if only in (None, PREEMPT) and victim.priority < job.priority:
                 return (PREEMPT, -1, "")
             return None
         level, vbranch = self._branches(qleaf, vleaf)
         qchain = tree.chain[qleaf]
+        if only not in (None, RECLAIM):
+            return self._preemption_rule(i, m, amount, only)
         within_share = all(alloc[c] + need <= share[c] for c in qchain[: level + 1])
-        if within_share and alloc[vbranch] - amount >= share[vbranch]:
+        # With same_level_preemption on the victim's side, priority beats fair share between
+        # siblings: a lower-priority job may not take back what a same-level eviction won.
+        priority_shield = tree.same_level[vbranch] and victim.priority > job.priority
+        if within_share and not priority_shield and alloc[vbranch] - amount >= share[vbranch]:
             return (RECLAIM, level, "fair_share")
-        within_guarantee = all(
-            alloc[c] + need <= tree.admit_guaranteed[c] for c in qchain[: level + 1]
-        )
+        within_guarantee = all(alloc[c] + need <= tree.admit_guaranteed[c] for c in qchain[: level + 1])
         if within_guarantee and alloc[vbranch] > tree.admit_guaranteed[vbranch]:
             return (RECLAIM, level, "guarantee")
+        if only is None:
+            return self._preemption_rule(i, m, amount, None)
+        return None
+
+    def _preemption_rule(self, i: int, m: int, amount: int, only: str | None) -> tuple[str, int, str] | None:
+        tree = self.tree
+        job = self.jobs[i]
+        victim = self.jobs[m]
+        qleaf = self.leaf[i]
+        vleaf = self.leaf[m]
+        alloc = self.alloc
         quota = tree.index.get(job.quota, -1)
-        if tree.is_self[qleaf] and tree.child_preemption[quota] and quota in tree.chain[vleaf]:
+        if (
+            only in (None, CHILD_PREEMPTION)
+            and tree.is_self[qleaf]
+            and tree.child_preemption[quota]
+            and quota in tree.chain[vleaf]
+        ):
             return (CHILD_PREEMPTION, -1, "")
-        if quota >= 0 and tree.same_level[quota] and victim.priority < job.priority:
+        if only in (None, SAME_LEVEL) and tree.same_level[quota] and victim.priority < job.priority:
             parent = tree.parent[quota]
             for sibling_level in tree.chain[vleaf]:
                 if tree.parent[sibling_level] == parent:
-                    if sibling_level != quota and alloc[sibling_level] - amount >= share[sibling_level]:
+                    guaranteed = tree.admit_guaranteed[sibling_level]
+                    if sibling_level != quota and alloc[sibling_level] - amount >= guaranteed:
                         return (SAME_LEVEL, -1, "")
                     break
         return None
 
-    def _stream(self, i: int, region: list[int]) -> Iterator[Unit]:
+    def _stream(self, i: int, region: list[int]) -> Iterator[tuple[Unit, str | None]]:
         """Victim units in order of preference: elastic replicas, then whole jobs by rule."""
         tree = self.tree
         job = self.jobs[i]
@@ -599,7 +618,7 @@ class Session:
             minimum = self.jobs[m].min_replicas or 0
             while not self.touched[m] and len(self.placements[m]) > minimum:
                 before = len(self.placements[m])
-                yield (m, self.placements[m][-1])
+                yield (m, self.placements[m][-1]), None
                 if len(self.placements[m]) == before:
                     break
         # Reclaim: the quota furthest above its fair share first, re-ranked after each victim.
@@ -615,7 +634,7 @@ class Session:
                 position += 1
                 if self._eligible_victim(m):
                     cursor[v] = position
-                    yield (m, None)
+                    yield (m, None), RECLAIM
                     break
             cursor[v] = position
             if position < len(members):
@@ -625,18 +644,18 @@ class Session:
             if self.jobs[m].priority >= job.priority:
                 break
             if self._eligible_victim(m):
-                yield (m, None)
+                yield (m, None), PREEMPT
         quota = tree.index[job.quota]
         if tree.is_self[qleaf] and tree.child_preemption[quota]:
-            yield from self._merged(quota, qleaf, None)
+            yield from self._merged(quota, qleaf, None, CHILD_PREEMPTION)
         if tree.same_level[quota]:
             parent = tree.parent[quota]
             siblings = tree.children[parent] if parent >= 0 else tree.roots
             for sibling in siblings:
                 if sibling != quota and not tree.is_self[sibling]:
-                    yield from self._merged(sibling, -1, job.priority)
+                    yield from self._merged(sibling, -1, job.priority, SAME_LEVEL)
 
-    def _merged(self, top: int, exclude: int, below_priority: int | None) -> Iterator[Unit]:
+    def _merged(self, top: int, exclude: int, below_priority: int | None, rule: str) -> Iterator[tuple[Unit, str]]:
         lo, hi = top, self.end[top]
         leaves = self.candidate_leaves
         members = [
@@ -650,7 +669,7 @@ class Session:
             if below_priority is not None and self.jobs[m].priority >= below_priority:
                 break
             if self._eligible_victim(m):
-                yield (m, None)
+                yield (m, None), rule
 
     def _eligible_victim(self, m: int) -> bool:
         return self.state[m] == RUNNING and not self.touched[m] and not self.protected(m)
@@ -717,13 +736,13 @@ class Session:
         taken: list[tuple[Unit, tuple[str, int, str]]] = []
         examined = 0
         placed: list[Placement] | None = None
-        for unit in self._stream(i, region):
+        for unit, only in self._stream(i, region):
             examined += 1
             if examined > MAX_CANDIDATES_PER_SEARCH:
                 break
             m, replica_placement = unit
             amount = self.replica[m] * (1 if replica_placement else len(self.placements[m]))
-            rule = self._rule_for(i, m, amount)
+            rule = self._rule_for(i, m, amount, only)
             if rule is None:
                 continue
             before = self.placements[m]
@@ -766,9 +785,7 @@ class Session:
             return (unit[1],)
         return self.placements[m]
 
-    def _commit_victims(
-        self, i: int, kept: list[tuple[Unit, tuple[str, int, str]]], placed: list[Placement]
-    ) -> None:
+    def _commit_victims(self, i: int, kept: list[tuple[Unit, tuple[str, int, str]]], placed: list[Placement]) -> None:
         beneficiary = self.jobs[i]
         shrunk: dict[int, list[Placement]] = {}
         shrink_rule: dict[int, str] = {}
@@ -788,10 +805,7 @@ class Session:
         for m in sorted(shrunk):
             self._set(self.touched, m, True)
             rule = shrink_rule[m]
-            reason = (
-                f"elastic replicas above min_replicas go first ({rule}): "
-                + self._victim_reason(i, m, rule, "")
-            )
+            reason = f"elastic replicas above min_replicas go first ({rule}): " + self._victim_reason(i, m, rule, "")
             self._decide(("shrink", m, tuple(shrunk[m]), reason, beneficiary.id))
         if not releasing:
             self._admit(i, placed)
@@ -816,12 +830,12 @@ class Session:
             if variant == "fair_share":
                 return (
                     f"reclaimed for {job.id} of {job.quota}: {name} holds more than its fair share "
-                    f"of {gpus(self.share[vbranch])} GPUs and keeps at least that; {job.quota} stays "
+                    f"of {gpu_count(self.share[vbranch])} and keeps at least that; {job.quota} stays "
                     "within its own fair share"
                 )
             return (
                 f"reclaimed by {job.quota} for {job.id}: {name} was above its guarantee of "
-                f"{gpus(tree.admit_guaranteed[vbranch])} GPUs; {job.quota} is within its guarantee"
+                f"{gpu_count(tree.admit_guaranteed[vbranch])}; {job.quota} is within its guarantee"
             )
         if rule == PREEMPT:
             return f"preempted in {vq} by {job.id} (priority {job.priority} > {victim.priority})"
@@ -858,9 +872,7 @@ class Session:
             chain = tree.chain[lf]
             if any(self.alloc[c] + replica > tree.limit[c] for c in chain):
                 continue
-            if not job.preemptible and any(
-                self.alloc[c] + replica > tree.admit_guaranteed[c] for c in chain
-            ):
+            if not job.preemptible and any(self.alloc[c] + replica > tree.admit_guaranteed[c] for c in chain):
                 continue
             pl = cluster.place_replica(replica, job.cpu, job.memory_gib, self.spread)
             if pl is None:
@@ -899,9 +911,7 @@ class Session:
             if self.admitted_now[m]:
                 continue
             decisions.append(Grow(jobs[m].id, self._replica_placements(m, self.grown[m])))
-        return CycleResult(
-            decisions=tuple(decisions), quotas=self._quota_status(), pending=self._pending()
-        )
+        return CycleResult(decisions=tuple(decisions), quotas=self._quota_status(), pending=self._pending())
 
     def _quota_status(self) -> dict[str, QuotaStatus]:
         tree = self.tree
@@ -978,8 +988,8 @@ class Session:
         if code == EXCEEDS_CLUSTER:
             scope, asked, has = args
             if scope == "node":
-                return f"needs {gpus(asked)} GPUs on one node; the largest node has {gpus(has)}"
-            return f"asks {gpus(asked)} GPUs, the pool has {gpus(has)}"
+                return f"needs {gpu_count(asked)} on one node; the largest node has {gpus(has)}"
+            return f"asks {gpu_count(asked)}, the pool has {gpus(has)}"
         if code == QUOTA_LIMIT:
             name, allocated, asked, limit = args
             return f"would exceed the limit of {name}: {gpus(allocated)} + {gpus(asked)} > {gpus(limit)}"
@@ -996,19 +1006,19 @@ class Session:
             if victims:
                 return (
                     f"waiting for {len(victims)} evicted job(s) ({', '.join(sorted(victims))}) to "
-                    f"release their GPUs; {gpus(need)} GPUs are promised to it"
+                    f"release their GPUs; {gpu_count(need)} are promised to it"
                 )
             if args:
                 return (
                     f"waiting for {args[0]} evicted job(s) to release their GPUs; "
-                    f"{gpus(args[1])} GPUs are promised to it"
+                    f"{gpu_count(args[1])} are promised to it"
                 )
-            return f"waiting for evicted jobs to release their GPUs; needs {gpus(need)} GPUs"
+            return f"waiting for evicted jobs to release their GPUs; needs {gpu_count(need)}"
         lf = self.leaf[m]
         shape = (
-            f"{count} replicas of {gpus(replica)} GPUs, each on one node"
+            f"{count} replicas of {gpu_count(replica)}, each on one node"
             if count > 1
-            else f"{gpus(replica)} GPUs on one node"
+            else f"{gpu_count(replica)} on one node"
         )
         if replica < MILLI:
             best = self.cluster.largest_device_free()
@@ -1027,7 +1037,7 @@ class Session:
             )
         else:
             context = "no preemptible job can be reclaimed or preempted for it"
-        return f"needs {gpus(need)} GPUs; {gpus(free)} are free in the pool; {context}"
+        return f"needs {gpu_count(need)}; {gpus(free)} are free in the pool; {context}"
 
 
 def _ready_milli(snapshot: Snapshot) -> int:

@@ -36,3 +36,8 @@ def gpus(milli: int) -> str:
     if milli % MILLI == 0:
         return str(milli // MILLI)
     return f"{milli / MILLI:g}"
+
+
+def gpu_count(milli: int) -> str:
+    """ "1 GPU", "8 GPUs", "0.5 GPU"."""
+    return f"{gpus(milli)} GPU" + ("s" if milli > MILLI else "")

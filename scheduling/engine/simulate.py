@@ -50,9 +50,7 @@ def apply(snapshot: Snapshot, result: CycleResult, now: float | None = None) -> 
         elif isinstance(decision, Evict):
             job = jobs[decision.job_id]
             if job.grace_seconds > 0 and decision.rule != "consolidation":
-                jobs[job.id] = replace(
-                    job, state=RELEASING, beneficiary=decision.beneficiary, evicted_at=when
-                )
+                jobs[job.id] = replace(job, state=RELEASING, beneficiary=decision.beneficiary, evicted_at=when)
             else:
                 jobs[job.id] = _requeued(job)
         elif isinstance(decision, Shrink):
@@ -80,6 +78,4 @@ def converge(snapshot: Snapshot, max_cycles: int = 50) -> tuple[Snapshot, list[C
 
 
 def _requeued(job: Job) -> Job:
-    return replace(
-        job, state=PENDING, placements=(), started_at=None, beneficiary=None, evicted_at=None
-    )
+    return replace(job, state=PENDING, placements=(), started_at=None, beneficiary=None, evicted_at=None)

@@ -100,7 +100,11 @@ CASES = [
     ),
     pytest.param(
         nodes("gpu", 16, 8),
-        [Quota("Quota1", None, 128, child_preemption=True), Quota("Quota1.1", "Quota1", 48), Quota("Quota1.2", "Quota1", 80)],
+        [
+            Quota("Quota1", None, 128, child_preemption=True),
+            Quota("Quota1.1", "Quota1", 48),
+            Quota("Quota1.2", "Quota1", 80),
+        ],
         asking("Quota1", 8, 2) + asking("Quota1.1", 8, 6) + asking("Quota1.2", 8, 9) + asking("Quota1.2", 1, 1),
         # P's own jobs first against the whole 128; the children share the 112 left pro rata
         {"Quota1": 128, "Quota1/self": 16, "Quota1.1": 44, "Quota1.2": 68},
@@ -124,7 +128,9 @@ CASES = [
 
 
 @pytest.mark.parametrize(("node_list", "quota_list", "jobs", "expected"), CASES)
-def test_fair_share(node_list: tuple[Node, ...], quota_list: list[Quota], jobs: tuple[Job, ...], expected: dict[str, float]) -> None:
+def test_fair_share(
+    node_list: tuple[Node, ...], quota_list: list[Quota], jobs: tuple[Job, ...], expected: dict[str, float]
+) -> None:
     result = shares(node_list, quota_list, jobs)
     assert {name: result[name] for name in expected} == expected
 
