@@ -19,6 +19,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -54,7 +55,8 @@ class CycleLock(Protocol):
 
 
 def holder_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+    """Unique per acquisition: a holder whose lease expired must never delete its successor's lock."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}:{uuid.uuid4().hex[:8]}"
 
 
 def redis_prefix() -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.db.models import QuerySet, Sum
 
@@ -292,5 +293,37 @@ __all__ = [
     "job_list",
     "last_cycle",
     "quota_status_figures",
+    "scheduler_status",
     "user_gpus_in_use",
 ]
+
+
+def scheduler_status(*, include_decisions: bool) -> dict[str, Any]:
+    """GET scheduler/status/: the last committed cycle, and who holds the lock right now."""
+    from scheduling.executors import get_executor
+    from scheduling.lock import get_cycle_lock, lock_backend
+    from scheduling.triggers import trigger_mode
+
+    record = last_cycle()
+    try:
+        holder = get_cycle_lock().holder()
+    except Exception:  # noqa: BLE001 - a status page must answer even with Redis down
+        holder = None
+    decisions: list[dict[str, Any]] | None = None
+    if record is not None and include_decisions:
+        committed = record.decisions.get("committed", []) if isinstance(record.decisions, dict) else record.decisions
+        decisions = list(committed)
+    return {
+        "last_cycle_at": record.started_at if record else None,
+        "duration_ms": record.duration_ms if record else None,
+        "trigger": record.trigger if record else None,
+        "lock_token": record.lock_token if record else None,
+        "admitted": record.admitted if record else None,
+        "evicted": record.evicted if record else None,
+        "pending": record.pending if record else None,
+        "decisions": decisions,
+        "lock_holder": holder,
+        "lock_backend": lock_backend(),
+        "executor": get_executor().name,
+        "trigger_mode": trigger_mode(),
+    }

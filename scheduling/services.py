@@ -16,6 +16,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
 from quotas import audit
+from quotas import hooks as quota_hooks
 from quotas.models import Quota
 from scheduling import engine, events, lifecycle, triggers
 from scheduling.clock import get_clock
@@ -52,6 +53,18 @@ class SubmitPreview:
             "placements": self.placements,
             "evict": self.evict,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class DryRun:
+    """The answer to a dry-run action: API.md's `{valid, errors, preview}`."""
+
+    valid: bool
+    errors: dict[str, list[str]]
+    preview: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"valid": self.valid, "errors": self.errors, "preview": self.preview}
 
 
 def _number(amount: float) -> str:
@@ -252,8 +265,12 @@ def _publish_on_commit(job: Job) -> None:
     transaction.on_commit(lambda: events.publish(event))
 
 
-def cancel_job(*, actor: Actor, job: Job) -> Job:
-    """The owner, the workspace's operators and admins, and platform admins may cancel; GPUs are freed at once."""
+def cancel_job(*, actor: Actor, job: Job, dry_run: bool = False) -> Job | DryRun:
+    """The owner, the workspace's operators and admins, and platform admins may cancel; GPUs are freed at once.
+
+    With `dry_run` nothing changes; the answer says whether it is allowed and what the next cycle
+    would then admit.
+    """
     if actor is not None and not can(actor, "manage", job):
         raise PermissionDenied(denial_reason(actor, "manage", job))
     now = get_clock().now()
@@ -271,6 +288,10 @@ def cancel_job(*, actor: Actor, job: Job) -> Job:
             raise ValidationError(
                 {"state": f"job {locked.name} is already {locked.state}; only live jobs can be cancelled"}
             )
+        if dry_run:
+            preview = DryRun(valid=True, errors={}, preview=dict(quota_hooks.preview()))
+            transaction.set_rollback(True)
+            return preview
         audit.record(
             actor=actor,
             action="job.cancel",
@@ -331,6 +352,7 @@ def is_final(job: Job) -> bool:
 
 __all__ = [
     "CycleOutcome",
+    "DryRun",
     "SubmitPreview",
     "cancel_job",
     "converge",

@@ -1,7 +1,15 @@
 """API routes of scheduling, mounted under /api/v1/ by console.urls."""
 
+from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-router = SimpleRouter(trailing_slash=True)
+from scheduling.api.views import JobViewSet, SchedulerCycleView, SchedulerStatusView
 
-urlpatterns = router.urls
+router = SimpleRouter(trailing_slash=True)
+router.register("jobs", JobViewSet, basename="job")
+
+urlpatterns = [
+    path("scheduler/cycle/", SchedulerCycleView.as_view(), name="scheduler-cycle"),
+    path("scheduler/status/", SchedulerStatusView.as_view(), name="scheduler-status"),
+    *router.urls,
+]

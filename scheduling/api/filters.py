@@ -1,0 +1,17 @@
+"""Filters of the jobs list (`?state=&kind=&quota=&workspace=&owner=`)."""
+
+from __future__ import annotations
+
+import django_filters
+
+from scheduling.models import Job
+
+
+class JobFilter(django_filters.FilterSet):  # type: ignore[misc]
+    quota = django_filters.CharFilter(field_name="quota__name", help_text="The quota's name.")
+    workspace = django_filters.CharFilter(field_name="workspace__name", help_text="The workspace's name.")
+    owner = django_filters.CharFilter(field_name="owner__username", help_text="The owner's username.")
+
+    class Meta:
+        model = Job
+        fields = ["name", "state", "kind", "quota", "workspace", "owner", "priority", "preemptible"]

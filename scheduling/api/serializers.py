@@ -1,0 +1,138 @@
+"""Shapes of the jobs and scheduler API (API.md); rules live in scheduling.services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from scheduling.models import Job, JobEvent, JobKind
+
+
+class JobSerializer(serializers.ModelSerializer[Job]):
+    """A job as API.md lists it; everything the scheduler owns is read-only."""
+
+    workspace: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    quota: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    owner: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    nodes = serializers.SerializerMethodField()
+    placements = serializers.SerializerMethodField()
+    reason = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "name",
+            "workspace",
+            "quota",
+            "kind",
+            "gpus",
+            "replicas",
+            "min_replicas",
+            "priority",
+            "preemptible",
+            "cpu",
+            "memory_gib",
+            "command",
+            "duration",
+            "grace_seconds",
+            "requeue",
+            "owner",
+            "state",
+            "allocated_gpus",
+            "running_replicas",
+            "nodes",
+            "placements",
+            "preemptions",
+            "reason",
+            "position",
+            "submitted_at",
+            "started_at",
+            "finished_at",
+            "release_at",
+        ]
+        read_only_fields = fields
+
+    def get_nodes(self, job: Job) -> list[str]:
+        return sorted({placement.node.name for placement in job.placements.all()})
+
+    def get_placements(self, job: Job) -> list[dict[str, Any]]:
+        return [{"node": p.node.name, "devices": p.devices, "fraction": p.fraction} for p in job.placements.all()]
+
+    def get_reason(self, job: Job) -> dict[str, str] | None:
+        if not job.reason_code:
+            return None
+        return {"code": job.reason_code, "message": job.reason_message}
+
+
+class JobSubmitSerializer(serializers.Serializer[dict[str, Any]]):
+    """What a submitter may set; workspace and quota by name. Other fields sent are ignored."""
+
+    name = serializers.CharField(max_length=200)
+    workspace = serializers.CharField(max_length=100)
+    quota = serializers.CharField(max_length=100)
+    kind = serializers.ChoiceField(choices=JobKind.choices)
+    gpus = serializers.FloatField()
+    replicas = serializers.IntegerField(default=1)
+    min_replicas = serializers.IntegerField(required=False, allow_null=True, default=None)
+    priority = serializers.IntegerField(required=False, allow_null=True, default=None)
+    preemptible = serializers.BooleanField(required=False, allow_null=True, default=None)
+    cpu = serializers.FloatField(default=0.0)
+    memory_gib = serializers.FloatField(default=0.0)
+    command = serializers.CharField(required=False, allow_blank=True, default="")
+    duration = serializers.FloatField(required=False, allow_null=True, default=None)
+    grace_seconds = serializers.FloatField(default=0.0)
+    requeue = serializers.BooleanField(default=True)
+    dry_run = serializers.BooleanField(default=False)
+
+
+class DryRunSerializer(serializers.Serializer[dict[str, Any]]):
+    dry_run = serializers.BooleanField(default=False)
+
+
+class JobEventSerializer(serializers.ModelSerializer[JobEvent]):
+    beneficiary: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = JobEvent
+        fields = ["at", "kind", "rule", "beneficiary", "message"]
+        read_only_fields = fields
+
+
+class SubmitPreviewSerializer(serializers.Serializer[dict[str, Any]]):
+    would_admit = serializers.BooleanField()
+    reason = serializers.DictField(allow_null=True)
+    placements = serializers.ListField(child=serializers.DictField())
+    evict = serializers.ListField(child=serializers.DictField())
+
+
+class CycleOutcomeSerializer(serializers.Serializer[dict[str, Any]]):
+    ran = serializers.BooleanField()
+    committed = serializers.BooleanField()
+    trigger = serializers.CharField()
+    token = serializers.IntegerField(allow_null=True)
+    started_at = serializers.CharField(allow_null=True)
+    duration_ms = serializers.FloatField()
+    admitted = serializers.IntegerField()
+    evicted = serializers.IntegerField()
+    pending = serializers.IntegerField()
+    skipped = serializers.IntegerField()
+    executor_changes = serializers.IntegerField()
+    refused = serializers.CharField(allow_blank=True)
+    decisions = serializers.ListField(child=serializers.DictField())
+
+
+class SchedulerStatusSerializer(serializers.Serializer[dict[str, Any]]):
+    last_cycle_at = serializers.DateTimeField(allow_null=True)
+    duration_ms = serializers.FloatField(allow_null=True)
+    trigger = serializers.CharField(allow_null=True)
+    lock_token = serializers.IntegerField(allow_null=True)
+    admitted = serializers.IntegerField(allow_null=True)
+    evicted = serializers.IntegerField(allow_null=True)
+    pending = serializers.IntegerField(allow_null=True)
+    decisions = serializers.ListField(child=serializers.DictField(), allow_null=True)
+    lock_holder = serializers.CharField(allow_null=True)
+    lock_backend = serializers.CharField()
+    executor = serializers.CharField()
+    trigger_mode = serializers.CharField()

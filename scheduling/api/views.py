@@ -1,0 +1,104 @@
+"""Jobs and scheduler endpoints: thin, shapes only; every rule lives in scheduling.services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from console.api import IsPlatformAdmin
+from quotas.models import Quota
+from scheduling import selectors, services
+from scheduling.api.filters import JobFilter
+from scheduling.api.serializers import (
+    CycleOutcomeSerializer,
+    DryRunSerializer,
+    JobEventSerializer,
+    JobSerializer,
+    JobSubmitSerializer,
+    SchedulerStatusSerializer,
+    SubmitPreviewSerializer,
+)
+from scheduling.models import Job
+from workspaces.models import Workspace
+from workspaces.permissions import RestrictedViewSetMixin, restrict
+
+
+class JobViewSet(
+    RestrictedViewSetMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet,  # type: ignore[type-arg]
+):
+    """Members see their workspaces' jobs; owners, operators and admins cancel them."""
+
+    queryset = Job.objects.all()
+    serializer_class = JobSerializer
+    filterset_class = JobFilter
+    action_permissions = {"cancel": "manage", "events": "view"}
+
+    def get_queryset(self) -> QuerySet[Job]:
+        return selectors.job_list(queryset=super().get_queryset()).order_by("-submitted_at", "-id")
+
+    @extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer, 200: SubmitPreviewSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Submit a job; with `dry_run: true` say whether the next cycle would admit it (200), else 201."""
+        submitted = JobSubmitSerializer(data=request.data)
+        submitted.is_valid(raise_exception=True)
+        fields = dict(submitted.validated_data)
+        workspace_name = fields.pop("workspace")
+        quota_name = fields.pop("quota")
+        workspace = restrict(Workspace.objects.filter(name=workspace_name), request.user, "submit").first()
+        if workspace is None:
+            raise ValidationError({"workspace": f"no workspace named {workspace_name!r} that you may submit to"})
+        quota = restrict(Quota.objects.filter(name=quota_name), request.user, "view").first()
+        if quota is None:
+            raise ValidationError({"quota": f"no quota named {quota_name!r} that you may use"})
+        outcome = services.submit_job(actor=request.user, workspace=workspace, quota=quota, **fields)
+        if isinstance(outcome, services.SubmitPreview):
+            return Response(outcome.as_dict(), status=status.HTTP_200_OK)
+        job = selectors.job_list().get(pk=outcome.pk)
+        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=DryRunSerializer, responses={200: JobSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        options = DryRunSerializer(data=request.data)
+        options.is_valid(raise_exception=True)
+        outcome = services.cancel_job(actor=request.user, job=job, dry_run=options.validated_data["dry_run"])
+        if isinstance(outcome, services.DryRun):
+            return Response(outcome.as_dict())
+        return Response(JobSerializer(selectors.job_list().get(pk=outcome.pk)).data)
+
+    @extend_schema(responses={200: JobEventSerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        return Response(JobEventSerializer(selectors.job_events(job=job), many=True).data)
+
+
+class SchedulerCycleView(APIView):
+    """Run one cycle now (platform admins) and return its decisions."""
+
+    permission_classes = [IsPlatformAdmin]
+
+    @extend_schema(request=None, responses={200: CycleOutcomeSerializer})
+    def post(self, request: Request) -> Response:
+        outcome = services.run_cycle(trigger=f"api:{request.user.get_username()}")
+        return Response(outcome.as_dict())
+
+
+class SchedulerStatusView(APIView):
+    """The last cycle, who holds the lock now; decisions name jobs, so only platform admins see them."""
+
+    @extend_schema(responses={200: SchedulerStatusSerializer})
+    def get(self, request: Request) -> Response:
+        return Response(selectors.scheduler_status(include_decisions=bool(request.user.is_superuser)))
