@@ -1,5 +1,11 @@
 """Page routes of workspaces, mounted by console.urls."""
 
-from django.urls import URLPattern
+from django.urls import path
 
-urlpatterns: list[URLPattern] = []
+from workspaces import views
+
+urlpatterns = [
+    path("workspaces/", views.workspace_list, name="workspace-list"),
+    path("workspaces/<int:pk>/", views.workspace_detail, name="workspace-detail"),
+    path("workspaces/<int:pk>/scheduling/", views.workspace_scheduling, name="workspace-scheduling"),
+]

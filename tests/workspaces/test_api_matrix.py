@@ -8,6 +8,7 @@ their role forbids the action, 401 for anonymous. Jobs rows are added with the s
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
@@ -242,3 +243,50 @@ def test_the_workspace_list_never_holds_a_foreign_row(
     body = persona_client(persona).get("/api/v1/workspaces/").json()
     assert [workspace["name"] for workspace in body["results"]] == VISIBLE_IN_LIST[persona]
     assert body["count"] == len(VISIBLE_IN_LIST[persona])
+
+
+# --- quotas: non-admins see the quotas bound to their workspaces ---------------------------------
+
+QUOTA_ENDPOINTS = [
+    Endpoint("quotas-list", "GET", "/api/v1/quotas/"),
+    Endpoint("quota-own-get", "GET", "/api/v1/quotas/{quota_own}/"),
+    Endpoint("quota-foreign-get", "GET", "/api/v1/quotas/{quota_foreign}/"),
+    Endpoint("quota-own-patch", "PATCH", "/api/v1/quotas/{quota_own}/", lambda w: {"rank": 1}),
+    Endpoint("quota-foreign-patch", "PATCH", "/api/v1/quotas/{quota_foreign}/", lambda w: {"rank": 1}),
+]
+
+QUOTA_EXPECTED = {
+    "quotas-list": EVERYONE_SIGNED_IN,
+    "quota-own-get": {**READ_FOR_MEMBERS, "authorized_non_member": 200},
+    "quota-own-patch": platform_only_on_own(200),
+    "quota-foreign-get": foreign(200),
+    "quota-foreign-patch": foreign(200),
+}
+
+# quotas.selectors.visible_quotas still shows every quota to everyone, and the quota viewset checks
+# "platform admins write" before it looks the quota up; these cases pass once the lead wires
+# workspaces.permissions.restrict into both (strict: the marks must then be removed).
+AWAITING_WIRING = "quotas API not yet filtered by workspaces.permissions.restrict"
+
+
+def _quota_cases() -> list[Any]:
+    cases = []
+    for case in matrix_cases(QUOTA_ENDPOINTS, QUOTA_EXPECTED):
+        _endpoint, persona, expected = case.values
+        if expected == 404 and persona != "platform_admin":
+            waiting = pytest.mark.xfail(strict=True, reason=AWAITING_WIRING)
+            case = pytest.param(*case.values, id=case.id, marks=waiting)
+        cases.append(case)
+    return cases
+
+
+@pytest.mark.parametrize(("endpoint", "persona", "expected"), _quota_cases())
+def test_quota_endpoints(
+    world: PermissionWorld,
+    persona_client: Callable[[str], APIClient],
+    endpoint: Endpoint,
+    persona: str,
+    expected: int,
+) -> None:
+    response = endpoint.call(persona_client(persona), world)
+    assert response.status_code == expected, response.content

@@ -1,0 +1,114 @@
+"""Pages: the list shows only visible workspaces; the Scheduling Configurations tab edits rules."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from tests.workspaces.permissions import PermissionWorld
+from workspaces import services
+
+
+def _client(world: PermissionWorld, persona: str) -> Client:
+    client = Client()
+    user = world.user(persona)
+    if user is not None:
+        client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize(
+    ("persona", "shown"),
+    [
+        pytest.param("platform_admin", ["workspace-b", "workspace-c"], id="platform_admin"),
+        pytest.param("developer", ["workspace-b"], id="developer"),
+        pytest.param("authorized_non_member", ["workspace-b"], id="authorized_non_member"),
+        pytest.param("non_member", [], id="non_member"),
+    ],
+)
+def test_the_workspace_list_page_shows_visible_workspaces_only(
+    world: PermissionWorld, persona: str, shown: list[str]
+) -> None:
+    page = _client(world, persona).get("/workspaces/")
+    assert page.status_code == 200
+    listed = [name for name in ("workspace-b", "workspace-c") if f">{name}</a>" in page.content.decode()]
+    assert listed == shown
+
+
+def test_anonymous_visitors_are_sent_to_sign_in(world: PermissionWorld) -> None:
+    page = _client(world, "anonymous").get("/workspaces/")
+    assert page.status_code == 302
+    assert "/login/" in page["Location"]
+
+
+@pytest.mark.parametrize(
+    ("persona", "path", "expected"),
+    [
+        pytest.param("developer", "/workspaces/{own}/", 200, id="member-detail"),
+        pytest.param("developer", "/workspaces/{foreign}/", 404, id="foreign-detail"),
+        pytest.param("authorized_non_member", "/workspaces/{own}/", 200, id="authorized-detail"),
+        pytest.param("authorized_non_member", "/workspaces/{own}/scheduling/", 403, id="authorized-scheduling"),
+        pytest.param("visitor", "/workspaces/{own}/scheduling/", 200, id="visitor-reads-scheduling"),
+        pytest.param("non_member", "/workspaces/{own}/scheduling/", 404, id="outsider-scheduling"),
+        pytest.param("platform_admin", "/workspaces/{foreign}/scheduling/", 200, id="platform-scheduling"),
+    ],
+)
+def test_page_access(world: PermissionWorld, persona: str, path: str, expected: int) -> None:
+    assert _client(world, persona).get(path.format(**world.ids())).status_code == expected
+
+
+def test_the_detail_page_lists_members_for_members_only(world: PermissionWorld) -> None:
+    member_view = _client(world, "visitor").get(f"/workspaces/{world.own.pk}/").content.decode()
+    guest_view = _client(world, "authorized_non_member").get(f"/workspaces/{world.own.pk}/").content.decode()
+    assert "b-developer" in member_view
+    assert "b-developer" not in guest_view
+
+
+def _rule_post(quota: str, roles: list[str], caps: str, authorized: str = "") -> dict[str, object]:
+    return {
+        "form-TOTAL_FORMS": "1",
+        "form-INITIAL_FORMS": "0",
+        "form-0-quota": quota,
+        "form-0-roles": roles,
+        "form-0-authorized_users": authorized,
+        "form-0-caps": caps,
+    }
+
+
+def test_a_workspace_admin_saves_rules_with_caps_on_the_tab(world: PermissionWorld) -> None:
+    answer = _client(world, "workspace_admin").post(
+        f"/workspaces/{world.own.pk}/scheduling/",
+        _rule_post("Quota1.1", ["admin", "developer"], "1-7 job=100\n7-9 job=10 user=20", "guest"),
+    )
+    assert answer.status_code == 302
+    assert services.scheduling_config(world.own) == [
+        {
+            "quota": "Quota1.1",
+            "roles": ["admin", "developer"],
+            "non_members": False,
+            "authorized_users": ["guest"],
+            "caps": [
+                {"priority_min": 1, "priority_max": 7, "max_gpus_per_job": 100.0, "max_gpus_per_user": None},
+                {"priority_min": 7, "priority_max": 9, "max_gpus_per_job": 10.0, "max_gpus_per_user": 20.0},
+            ],
+        }
+    ]
+
+
+def test_the_tab_shows_what_is_wrong_and_changes_nothing(world: PermissionWorld) -> None:
+    before = services.scheduling_config(world.own)
+    answer = _client(world, "workspace_admin").post(
+        f"/workspaces/{world.own.pk}/scheduling/", _rule_post("Quota1.1", ["developer"], "9-3 job=4", "nobody")
+    )
+    assert answer.status_code == 400
+    body = answer.content.decode()
+    assert "priority_min 9 is above priority_max 3" in body
+    assert "unknown users: nobody" in body
+    assert services.scheduling_config(world.own) == before
+
+
+def test_a_developer_may_read_the_tab_but_not_save_it(world: PermissionWorld) -> None:
+    client = _client(world, "developer")
+    assert 'type="submit">Save rules' not in client.get(f"/workspaces/{world.own.pk}/scheduling/").content.decode()
+    answer = client.post(f"/workspaces/{world.own.pk}/scheduling/", _rule_post("Quota1.1", ["developer"], ""))
+    assert answer.status_code == 403

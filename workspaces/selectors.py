@@ -1,0 +1,31 @@
+"""Reads of workspaces that the pages and the API share; all go through `restrict`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, QuerySet
+
+from quotas import hooks
+from workspaces.models import Membership, Workspace
+from workspaces.permissions import User, restrict
+
+
+def workspace_list(*, user: User | None) -> QuerySet[Workspace]:
+    return (
+        restrict(Workspace.objects.all(), user, "view")
+        .annotate(member_count=Count("memberships", distinct=True))
+        .prefetch_related("quotas")
+        .order_by("name")
+    )
+
+
+def members(*, workspace: Workspace) -> QuerySet[Membership]:
+    return workspace.memberships.select_related("user").order_by("user__username")
+
+
+def bound_quotas_with_status(*, workspace: Workspace) -> list[dict[str, Any]]:
+    """The workspace's quotas with the figures the scheduler supplies (zeros until it registers)."""
+    quotas = list(workspace.quotas.order_by("name"))
+    statuses = hooks.quota_status(quotas)
+    return [{"quota": quota, "status": statuses.get(quota.pk)} for quota in quotas]
