@@ -40,14 +40,17 @@ _quota_delete_guards: list[QuotaDeleteGuard] = []
 _node_delete_guards: list[NodeDeleteGuard] = []
 
 
-def register_status_provider(provider: StatusProvider) -> None:
+def register_status_provider(provider: StatusProvider | None) -> StatusProvider | None:
+    """Returns the provider it replaces, so a test can put it back; None restores the built-in zeros."""
     global _status_provider
-    _status_provider = provider
+    previous, _status_provider = _status_provider, provider
+    return previous
 
 
-def register_preview_provider(provider: PreviewProvider) -> None:
+def register_preview_provider(provider: PreviewProvider | None) -> PreviewProvider | None:
     global _preview_provider
-    _preview_provider = provider
+    previous, _preview_provider = _preview_provider, provider
+    return previous
 
 
 def register_quota_delete_guard(guard: QuotaDeleteGuard) -> None:

@@ -26,9 +26,6 @@ from quotas.models import GpuDevice, Node, NodeState, QueuePolicy, Quota, Resour
 
 Actor = AbstractBaseUser | AnonymousUser | None
 
-# States of scheduling.Job that still hold or wait for the quota's GPUs.
-LIVE_JOB_STATES = ("pending", "running", "releasing")
-
 # (field, unit) of each guaranteed resource; GPUs are always managed, CPU and memory when set.
 RESOURCES: tuple[tuple[str, str], ...] = (("gpus", "GPUs"), ("cpu", "CPU cores"), ("memory_gib", "GiB of memory"))
 # Sums of floats (0.1 + 0.2) must not fail a rule they meet exactly.
@@ -869,7 +866,7 @@ def _quota_holders(quota: Quota) -> list[str]:
         reasons.append(
             f"{quota.name} has {len(children)} child quota(s) ({', '.join(children[:5])}); delete them first."
         )
-    # The workspaces and scheduling apps sit above this one; they are looked up by name, never imported.
+    # The workspaces app sits above this one: its binding model is looked up by name, never imported.
     try:
         binding_model = apps.get_model("workspaces", "QuotaBinding")
     except LookupError:
@@ -878,16 +875,18 @@ def _quota_holders(quota: Quota) -> list[str]:
         bound = binding_model.objects.filter(quota=quota).count()
         if bound:
             reasons.append(f"{quota.name} is bound to {bound} workspace(s); unbind them first.")
-    try:
-        job_model = apps.get_model("scheduling", "Job")
-    except LookupError:
-        job_model = None
-    if job_model is not None:
-        live = job_model.objects.filter(quota=quota, state__in=LIVE_JOB_STATES).count()
-        if live:
-            reasons.append(f"{quota.name} has {live} live job(s) (pending, running or releasing).")
-    reasons.extend(hooks.quota_delete_blockers(quota))
+    # Live jobs are the scheduler's to judge (what counts as live is its word): it registers a guard.
+    reasons.extend(reason for reason in hooks.quota_delete_blockers(quota) if reason not in reasons)
     return reasons
+
+
+def _still_referred(name: str, protected: ProtectedError) -> str:
+    """What a foreign key with PROTECT still holds, e.g. finished jobs that keep their quota for history."""
+    counts: dict[str, int] = defaultdict(int)
+    for row in protected.protected_objects:
+        counts[str(type(row)._meta.verbose_name_plural)] += 1
+    held = ", ".join(f"{count} {kind}" for kind, count in sorted(counts.items()))
+    return f"{name} is still referred to by {held}."
 
 
 @overload
@@ -913,10 +912,7 @@ def delete_quota(*, actor: Actor, quota: Quota, dry_run: bool = False) -> DryRun
                 with transaction.atomic():
                     current.delete()
             except ProtectedError as protected:
-                kinds = sorted({str(type(row)._meta.verbose_name_plural) for row in protected.protected_objects})
-                raise ValidationError(
-                    {"quota": f"{before['name']} is still referred to by {', '.join(kinds)}."}
-                ) from None
+                raise ValidationError({"quota": _still_referred(before["name"], protected)}) from None
             audit.record(
                 actor=actor,
                 action="quota.delete",
@@ -965,8 +961,13 @@ def _check_node(node: Node, errors: _Errors) -> None:
         errors.add("state", f"state {node.state!r} of {label} is not one of {', '.join(NodeState.values)}.")
 
 
-def _sync_devices(node: Node) -> None:
+def _sync_devices(node: Node, *, created: bool = False) -> None:
     """One GpuDevice per GPU, indices 0..gpus-1, each of the node's model."""
+    if created:
+        GpuDevice.objects.bulk_create(
+            [GpuDevice(node=node, index=index, model=node.gpu_model) for index in range(node.gpus)]
+        )
+        return
     node.devices.filter(index__gte=node.gpus).delete()
     existing = set(node.devices.values_list("index", flat=True))
     GpuDevice.objects.bulk_create(
@@ -1070,7 +1071,7 @@ def create_node(
                 errors.add("name", f"A node named {name!r} already exists; node names are unique.")
             errors.raise_if_any()
             _save_node(node)
-            _sync_devices(node)
+            _sync_devices(node, created=True)
             audit.record(
                 actor=actor,
                 action="node.create",
@@ -1189,8 +1190,8 @@ def delete_node(*, actor: Actor, node: Node, dry_run: bool = False) -> DryRunRes
             try:
                 with transaction.atomic():
                     current.delete()
-            except ProtectedError:
-                raise ValidationError({"node": f"{before['name']} still has placements on its GPUs."}) from None
+            except ProtectedError as protected:
+                raise ValidationError({"node": _still_referred(before["name"], protected)}) from None
             audit.record(
                 actor=actor,
                 action="node.delete",
