@@ -22,6 +22,7 @@ from typing import Any, Final, Literal, TypeAlias
 from uuid import uuid4
 
 import yaml
+from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
@@ -36,6 +37,7 @@ from quotas.models import Node, NodeState, Quota, ResourcePool
 from scheduling import services as job_services
 from scheduling import triggers
 from scheduling.clock import SimulatedClock, use_clock
+from scheduling.cycle import ensure_fence
 from scheduling.lock import CycleLease, holder_name, issue_token
 from scheduling.models import Job, JobState
 from workspaces import services as workspace_services
@@ -974,11 +976,9 @@ def play(
 def throwaway_database() -> Iterator[None]:
     """Point the default connection at a private in-memory SQLite database for the block.
 
-    The console's own database (SQLite file or PostgreSQL) is never opened. The schema comes
-    from the migrations (a fraction of a second), so the signals that create permissions run
-    as they do in the console. Cycle triggers are off (the runner converges after each step
-    itself) and no websocket event is published, so neither the console's worker nor its
-    live pages hear about simulated jobs.
+    The console's own database (SQLite file or PostgreSQL) is never opened. Cycle triggers
+    are off (the runner converges after each step itself) and no websocket event is
+    published, so neither the console's worker nor its live pages hear of simulated jobs.
     """
     alias = DEFAULT_DB_ALIAS
     previous_settings = connections.settings[alias]
@@ -996,7 +996,13 @@ def throwaway_database() -> Iterator[None]:
     connections[alias] = connection
     try:
         with override_settings(SCHEDULER_TRIGGER="none", SCHEDULER_PUBLISH_EVENTS=False):
-            call_command("migrate", database=alias, verbosity=0, interactive=False)
+            # Tables straight from the models, as Django's test runner does with MIGRATE off:
+            # 0.3 s instead of ~3 s of rendering every migration's state. post_migrate still
+            # runs (content types, permissions); the one data migration (the fence row) is
+            # ensure_fence's to repeat.
+            with override_settings(MIGRATION_MODULES={app.label: None for app in apps.get_app_configs()}):
+                call_command("migrate", database=alias, run_syncdb=True, verbosity=0, interactive=False)
+            ensure_fence()
             yield
     finally:
         connection.close()
