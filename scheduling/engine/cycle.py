@@ -424,7 +424,7 @@ class Session:
                     continue
                 self._set(self.touched, mover, True)
                 reason = (
-                    f"moved so that {beneficiary} can start: its {gpu_count(self.need(i))} are free "
+                    f"moved so that {beneficiary} can start: the {gpu_count(self.need(i))} it needs are free "
                     "but fragmented across nodes"
                 )
                 self._decide(Evict(self.jobs[mover].id, CONSOLIDATION, beneficiary, reason))
@@ -802,7 +802,10 @@ class Session:
                 releasing = True
                 self._set(self.state, m, RELEASING)
                 self._set(self.held, m, self.placements[m])
+        evicted_whole = {m for (m, rp), _ in kept if rp is None}
         for m in sorted(shrunk):
+            if m in evicted_whole:
+                continue  # the whole job goes; its shrunk replicas go with it
             self._set(self.touched, m, True)
             rule = shrink_rule[m]
             reason = f"elastic replicas above min_replicas go first ({rule}): " + self._victim_reason(i, m, rule, "")

@@ -297,6 +297,7 @@ def _idle_rounds(
             total_weight += weight[k]
         given = 0
         still: list[tuple[int, int, bool]] = []
+        round_lost: list[tuple[int, float]] = []
         for k, cap, whole in active:
             offer = remaining * weight[k] / total_weight
             room = cap - share[k]
@@ -304,7 +305,7 @@ def _idle_rounds(
             if whole:
                 got = int(take) // MILLI * MILLI
                 if take - got > 0:
-                    lost[k] = lost.get(k, 0.0) + (take - got)
+                    round_lost.append((k, take - got))
             else:
                 got = int(take)
             if got:
@@ -315,7 +316,9 @@ def _idle_rounds(
         remaining -= given
         active = still
         if given == 0:
-            break
+            break  # a round that hands out nothing loses nothing: leftovers decide
+        for k, amount in round_lost:
+            lost[k] = lost.get(k, 0.0) + amount
     if remaining >= MILLI and lost:
         # Whole GPUs lost to rounding go to the largest summed loss, the older quota on ties.
         caps = {k: cap for k, cap, _ in active}
