@@ -559,6 +559,11 @@ class Session:
         qchain = tree.chain[qleaf]
         if only not in (None, RECLAIM):
             return self._preemption_rule(i, m, amount, only)
+        lca = tree.parent[vbranch]
+        if lca >= 0 and tree.child_preemption[lca] and (tree.is_self[vbranch] or tree.is_self[qchain[level]]):
+            # Under child_preemption the parent's own jobs rank above its children: only the
+            # child-level rule moves GPUs between them, never fair share or guarantees.
+            return self._preemption_rule(i, m, amount, only)
         within_share = all(alloc[c] + need <= share[c] for c in qchain[: level + 1])
         # With same_level_preemption on the victim's side, priority beats fair share between
         # siblings: a lower-priority job may not take back what a same-level eviction won.

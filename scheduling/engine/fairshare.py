@@ -7,7 +7,6 @@ the synthetic "self" child of a parent that has jobs of its own.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Iterable, Sequence
 
@@ -288,49 +287,57 @@ def _idle_rounds(
     fractional: Sequence[bool],
     share: list[int],
 ) -> int:
+    """Idle phase of one rank group: the rounds in closed form, then rounding and leftovers.
+
+    Offering `weight / Σ weights` of what remains, round after round, until every child is
+    satisfied or nothing remains, converges to water-filling: every unsatisfied child ends at
+    the same level × weight. Computing that level directly and rounding once keeps each child
+    within one GPU of its exact proportional share (the rounds, floored each time, drift).
+    """
     weight = tree.weight
-    active = [(k, cap, not fractional[k]) for k, cap in group if weight[k] > 0]
-    lost: dict[int, float] = {}
-    while remaining > 0 and active:
-        total_weight = 0.0
-        for k, _, _ in active:
-            total_weight += weight[k]
-        given = 0
-        still: list[tuple[int, int, bool]] = []
-        round_lost: list[tuple[int, float]] = []
-        for k, cap, whole in active:
-            offer = remaining * weight[k] / total_weight
-            room = cap - share[k]
-            take = offer if offer < room else room
-            if whole:
-                got = int(take) // MILLI * MILLI
-                if take - got > 0:
-                    round_lost.append((k, take - got))
-            else:
-                got = int(take)
-            if got:
-                share[k] += got
-                given += got
-            if share[k] < cap:
-                still.append((k, cap, whole))
-        remaining -= given
-        active = still
-        if given == 0:
-            break  # a round that hands out nothing loses nothing: leftovers decide
-        for k, amount in round_lost:
-            lost[k] = lost.get(k, 0.0) + amount
-    if remaining >= MILLI and lost:
-        # Whole GPUs lost to rounding go to the largest summed loss, the older quota on ties.
-        caps = {k: cap for k, cap, _ in active}
-        order = [(-amount, tree.created[k], k) for k, amount in lost.items() if k in caps]
-        heapq.heapify(order)
-        while remaining >= MILLI and order:
-            neg, created, k = heapq.heappop(order)
-            if caps[k] - share[k] < MILLI:
-                continue
-            share[k] += MILLI
-            remaining -= MILLI
-            heapq.heappush(order, (neg + MILLI, created, k))
+    active = [(k, cap - share[k]) for k, cap in group if weight[k] > 0 and cap > share[k]]
+    if not active:
+        return remaining
+    active.sort(key=lambda kr: kr[1] / weight[kr[0]])
+    left = float(remaining)
+    total_weight = sum(weight[k] for k, _ in active)
+    ideal: dict[int, float] = {}
+    for position, (k, room) in enumerate(active):
+        level = left / total_weight
+        if room <= level * weight[k]:
+            ideal[k] = room
+            left -= room
+            total_weight -= weight[k]
+            continue
+        for j, _ in active[position:]:
+            ideal[j] = level * weight[j]
+        break
+    lost: list[tuple[float, int, int]] = []
+    rooms = dict(active)
+    for k, amount in ideal.items():
+        if fractional[k]:
+            got = int(amount)
+        else:
+            got = int(amount) // MILLI * MILLI
+            if amount - got > 1e-6:
+                lost.append((-(amount - got), tree.created[k], k))
+        share[k] += got
+        remaining -= got
+        rooms[k] -= got
+    # Whole GPUs lost to rounding go to the largest loss, the older quota on ties.
+    lost.sort()
+    while remaining >= MILLI and lost:
+        still: list[tuple[float, int, int]] = []
+        for entry in lost:
+            k = entry[2]
+            if remaining < MILLI:
+                break
+            if rooms[k] >= MILLI:
+                share[k] += MILLI
+                rooms[k] -= MILLI
+                remaining -= MILLI
+                still.append(entry)
+        lost = still
     return remaining
 
 
