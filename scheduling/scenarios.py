@@ -401,7 +401,13 @@ class _Parser:
             amounts = {key: _number(entry[key], where, key) for key in ("gpus", "cpu", "memory_gib") if key in entry}
             if not amounts:
                 raise ScenarioError(where, "gpus", "a scale step needs gpus, cpu or memory_gib")
-            return ScaleStep(number=number, quota=quota, **amounts)
+            return ScaleStep(
+                number=number,
+                quota=quota,
+                gpus=amounts.get("gpus"),
+                cpu=amounts.get("cpu"),
+                memory_gib=amounts.get("memory_gib"),
+            )
         # set
         _known_keys(entry, where, ("quota", *SETTABLE_QUOTA_FIELDS))
         quota = self.known_quota(_string(entry.get("quota"), where, "quota"), where, "quota")
@@ -712,9 +718,7 @@ class ScenarioRunner:
 
     def set_up(self) -> None:
         user_model = get_user_model()
-        self.actor = user_model.objects.create_superuser(  # type: ignore[attr-defined]
-            username=SIMULATE_USERNAME, email="", password=None
-        )
+        self.actor = user_model.objects.create_superuser(username=SIMULATE_USERNAME, email="", password=None)
         with transaction.atomic():
             self.set_up_cluster()
         self.converge()
@@ -805,13 +809,13 @@ class ScenarioRunner:
                 for job in step.jobs:
                     self.submit(job)
         elif isinstance(step, EndJobStep):
-            job = Job.objects.get(pk=self.jobs[step.job])
+            ended = Job.objects.get(pk=self.jobs[step.job])
             if step.action == "cancel":
-                job_services.cancel_job(actor=None, job=job)
+                job_services.cancel_job(actor=None, job=ended)
             elif step.action == "finish":
-                job_services.finish_job(job=job, succeeded=True, message="finished by the scenario")
+                job_services.finish_job(job=ended, succeeded=True, message="finished by the scenario")
             else:
-                job_services.fail_job(job=job, message="failed by the scenario")
+                job_services.fail_job(job=ended, message="failed by the scenario")
         elif isinstance(step, TransferStep):
             quota_services.transfer_quota(
                 actor=actor, source=self.quota(step.source), target=self.quota(step.target), gpus=step.gpus
@@ -890,17 +894,18 @@ class ScenarioRunner:
         for started_at, duration in Job.objects.filter(
             state=JobState.RUNNING, duration__isnull=False, started_at__isnull=False
         ).values_list("started_at", "duration"):
-            moments.append(started_at + timedelta(seconds=duration))
-        moments.extend(
-            Job.objects.filter(state=JobState.RELEASING, release_at__isnull=False).values_list("release_at", flat=True)
-        )
+            if started_at is not None and duration is not None:
+                moments.append(started_at + timedelta(seconds=duration))
+        for release_at in Job.objects.filter(state=JobState.RELEASING).values_list("release_at", flat=True):
+            if release_at is not None:
+                moments.append(release_at)
         if Job.objects.filter(state=JobState.PENDING).exists():
             # A running job past its min runtime becomes a possible victim for a waiting job.
             min_runtime = self.min_runtimes()
             for started_at, quota_id in Job.objects.filter(
                 state=JobState.RUNNING, preemptible=True, started_at__isnull=False
             ).values_list("started_at", "quota_id"):
-                if min_runtime.get(quota_id):
+                if started_at is not None and min_runtime.get(quota_id):
                     moments.append(started_at + timedelta(seconds=min_runtime[quota_id]))
         future = [moment for moment in moments if moment > now]
         # A moment already due (a job that should have ended) is handled by the next converge.
@@ -1052,5 +1057,8 @@ def format_checkpoint(checkpoint: Checkpoint) -> str:
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
-    render = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
-    return [render(header), render(["-" * w for w in widths]), *(render(row) for row in rows)]
+
+    def render(cells: list[str]) -> str:
+        return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
+
+    return [render(header), render(["-" * width for width in widths]), *(render(row) for row in rows)]
