@@ -42,7 +42,9 @@ class Cluster:
     workspace: Workspace
     jobs: dict[str, Job] = field(default_factory=dict)
 
-    def submit(self, name: str, quota: str = "team-a", *, gpus: float = 1, kind: str = "training", **fields: Any) -> Job:
+    def submit(
+        self, name: str, quota: str = "team-a", *, gpus: float = 1, kind: str = "training", **fields: Any
+    ) -> Job:
         job = services.submit_job(
             actor=fields.pop("actor", None),
             workspace=fields.pop("workspace", self.workspace),
@@ -63,7 +65,9 @@ class Cluster:
         return self.job(name).state
 
 
-def build_cluster(*, node_gpus: tuple[int, ...] = (8, 8), tree: tuple[tuple[str, str | None, float], ...] = ()) -> Cluster:
+def build_cluster(
+    *, node_gpus: tuple[int, ...] = (8, 8), tree: tuple[tuple[str, str | None, float], ...] = ()
+) -> Cluster:
     pool = ResourcePool.objects.get_or_create(name=ResourcePool.DEFAULT_NAME)[0]
     nodes: dict[str, Node] = {}
     for number, gpus in enumerate(node_gpus, start=1):
@@ -71,7 +75,11 @@ def build_cluster(*, node_gpus: tuple[int, ...] = (8, 8), tree: tuple[tuple[str,
         GpuDevice.objects.bulk_create([GpuDevice(node=node, index=i) for i in range(gpus)])
         nodes[node.name] = node
     quotas: dict[str, Quota] = {}
-    for name, parent, gpus in tree or (("Quota1", None, float(sum(node_gpus))), ("team-a", "Quota1", 8), ("team-b", "Quota1", 8)):
+    for name, parent, gpus in tree or (
+        ("Quota1", None, float(sum(node_gpus))),
+        ("team-a", "Quota1", 8),
+        ("team-b", "Quota1", 8),
+    ):
         quotas[name] = Quota.objects.create(pool=pool, name=name, parent=quotas.get(parent or ""), gpus=gpus)
     workspace = workspace_services.create_workspace(actor=None, name="lab", quotas=list(quotas.values()))
     return Cluster(pool=pool, nodes=nodes, quotas=quotas, workspace=workspace)

@@ -53,7 +53,9 @@ def test_the_job_shows_every_figure(submit: Callable[..., Any], client_for: Clie
     assert (shown["workspace"], shown["quota"], shown["priority"], shown["preemptible"]) == ("lab", "team-a", 3, True)
 
 
-def test_a_waiting_job_shows_its_reason_and_position(submit: Callable[..., Any], client_for: Clients, member: AbstractUser) -> None:
+def test_a_waiting_job_shows_its_reason_and_position(
+    submit: Callable[..., Any], client_for: Clients, member: AbstractUser
+) -> None:
     job_id = submit(gpus=8, replicas=3).json()["id"]
     shown = client_for(member).get(f"/api/v1/jobs/{job_id}/").json()
     assert shown["state"] == "pending"
@@ -167,5 +169,7 @@ def test_quota_status_is_filled_from_the_scheduler(cluster: Cluster) -> None:
 def test_a_quota_preview_lists_what_the_next_cycle_would_do(cluster: Cluster) -> None:
     cluster.submit("queued", "team-b", gpus=4)
     preview = hooks.preview()
-    assert [(entry["kind"], entry["job"], entry["quota"]) for entry in preview["admit"]] == [("admit", "queued", "team-b")]
+    assert [(entry["kind"], entry["job"], entry["quota"]) for entry in preview["admit"]] == [
+        ("admit", "queued", "team-b")
+    ]
     assert preview["evict"] == []

@@ -35,8 +35,17 @@ def kinds(job: Job) -> list[str]:
         ({"gpus": 1, "duration": -1}, "duration", "got -1"),
     ],
     ids=[
-        "zero-gpus", "negative-gpus", "fraction-above-one", "replicas-below-min", "no-replicas", "unknown-kind",
-        "priority-above-9", "priority-below-1", "negative-cpu", "negative-grace", "negative-duration",
+        "zero-gpus",
+        "negative-gpus",
+        "fraction-above-one",
+        "replicas-below-min",
+        "no-replicas",
+        "unknown-kind",
+        "priority-above-9",
+        "priority-below-1",
+        "negative-cpu",
+        "negative-grace",
+        "negative-duration",
     ],
 )
 def test_a_bad_submission_names_the_field_and_the_numbers(
@@ -212,15 +221,26 @@ def test_a_pending_job_cannot_finish_but_can_fail(cluster: Cluster) -> None:
 
 def test_a_dry_run_submission_says_what_would_happen_and_writes_nothing(cluster: Cluster) -> None:
     preview = services.submit_job(
-        actor=None, workspace=cluster.workspace, quota=cluster.quotas["team-a"], name="probe", kind="training",
-        gpus=4, dry_run=True,
+        actor=None,
+        workspace=cluster.workspace,
+        quota=cluster.quotas["team-a"],
+        name="probe",
+        kind="training",
+        gpus=4,
+        dry_run=True,
     )
     assert isinstance(preview, services.SubmitPreview)
     assert preview.would_admit and preview.reason is None
     assert sum(len(p["devices"]) for p in preview.placements) == 4
     too_big = services.submit_job(
-        actor=None, workspace=cluster.workspace, quota=cluster.quotas["team-a"], name="probe", kind="training",
-        gpus=8, replicas=3, dry_run=True,
+        actor=None,
+        workspace=cluster.workspace,
+        quota=cluster.quotas["team-a"],
+        name="probe",
+        kind="training",
+        gpus=8,
+        replicas=3,
+        dry_run=True,
     )
     assert isinstance(too_big, services.SubmitPreview)
     assert not too_big.would_admit and too_big.reason is not None and too_big.reason["code"] == "exceeds_cluster"
