@@ -6,18 +6,11 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
-from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from quotas import services
 from quotas.models import AuditRecord, GpuDevice, Node, Quota, ResourcePool
-
-
-def _raise_for(result: services.DryRunResult) -> None:
-    """A dry run's errors as form errors, on the field they name when the form has it."""
-    if not result["valid"]:
-        raise ValidationError(result["errors"])
 
 
 class QuotaAdminForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -36,10 +29,9 @@ class QuotaAdminForm(forms.ModelForm):  # type: ignore[type-arg]
         else:
             changes = {field: value for field, value in fields.items() if field in self.changed_data}
             result = services.update_quota(actor=request_user, quota=self.instance, dry_run=True, **changes)
-        errors = {field if field in self.fields else None: messages for field, messages in result["errors"].items()}
-        for field, messages in errors.items():
+        for field, messages in result["errors"].items():
             for message in messages:
-                self.add_error(field, message)
+                self.add_error(field if field in self.fields else None, message)
         return cleaned
 
 
