@@ -103,3 +103,25 @@ def cluster_settings_redis_down(settings: Any) -> Iterator[None]:
     settings.SCHEDULER_TRIGGER = "celery"
     settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
     yield
+
+
+@pytest.mark.django_db
+def test_a_burst_of_requests_queues_one_cycle_until_the_task_starts(settings: Any) -> None:
+    import redis
+
+    settings.SCHEDULER_TRIGGER = "celery"
+    queue = f"runtime-burst-{uuid.uuid4().hex[:8]}"
+    previous = app.conf.task_default_queue
+    app.conf.task_default_queue = queue
+    broker = redis.Redis.from_url(app.conf.broker_url)
+    try:
+        queued = [triggers.request_cycle("submit") for _ in range(1000)]
+        assert queued.count(True) == 1
+        assert broker.llen(queue) == 1
+        triggers.clear_request()  # what the task does first
+        assert triggers.request_cycle("finish") is True
+        assert broker.llen(queue) == 2
+    finally:
+        app.conf.task_default_queue = previous
+        broker.delete(queue)
+        triggers.clear_request()
