@@ -55,8 +55,8 @@ from scheduling.engine.types import (
 )
 
 # Bounds that keep a cycle fast on large pools; what they leave undone is retried next cycle.
-MAX_VICTIM_SEARCHES = 200
-MAX_CANDIDATES_PER_SEARCH = 400
+MAX_VICTIM_SEARCHES = 64
+MAX_CANDIDATES_PER_SEARCH = 256
 MAX_CONSOLIDATIONS = 32
 MAX_MOVERS = 8
 
@@ -64,6 +64,9 @@ MAX_MOVERS = 8
 _CAPACITY_CODES = (NO_FIT, INSUFFICIENT_CAPACITY)
 # Failures that a victim search cannot cure.
 _NO_SEARCH = (UNKNOWN_QUOTA, EXCEEDS_CLUSTER, QUEUE_BLOCKED, WAITING_FOR_EVICTION)
+
+_WAITING: tuple[str, tuple[Any, ...]] = (WAITING_FOR_EVICTION, ())
+_SHORT: tuple[str, tuple[Any, ...]] = (INSUFFICIENT_CAPACITY, ())
 
 # Victim unit: (job index, replica placement or None for the whole job)
 Unit = tuple[int, Placement | None]
@@ -98,6 +101,11 @@ class Session:
         leaf_of = tree.leaf_of
         self.leaf = [leaf_of.get(job.quota, -1) for job in jobs]
         self.replica = [job_replica_milli(job) for job in jobs]
+        self.count = [
+            job.min_replicas if job.min_replicas is not None and 0 < job.min_replicas < job.replicas else job.replicas
+            for job in jobs
+        ]
+        self.needs = [c * r for c, r in zip(self.count, self.replica, strict=True)]
         self.state = [job.state for job in jobs]
         self.placements: list[tuple[Placement, ...]] = [()] * n
         self.held: list[tuple[Placement, ...]] = [()] * n  # releasing: what it still holds
@@ -151,22 +159,21 @@ class Session:
         for target in waiting_for:
             self.promised[target] = True
             if leaf[target] >= 0:
-                alloc[leaf[target]] += self.need(target)
+                alloc[leaf[target]] += self.needs[target]
         self.alloc = subtree_requests(tree, alloc)
         self.request = subtree_requests(tree, leaf_request)
         self.capacity = _ready_milli(snapshot)
         self.share = divide(tree, self.request, self.capacity, fractional_nodes(tree, jobs))
         self.end = _subtree_ends(tree)
+        self.limited = [any(tree.limit[c] != NO_LIMIT for c in chain) for chain in tree.chain]
+        self._messages: dict[tuple[Any, ...], str] = {}
 
     # -- small helpers ------------------------------------------------------------------
     def min_count(self, i: int) -> int:
-        job = self.jobs[i]
-        if job.min_replicas is not None and 0 < job.min_replicas < job.replicas:
-            return job.min_replicas
-        return job.replicas
+        return self.count[i]
 
     def need(self, i: int) -> int:
-        return self.min_count(i) * self.replica[i]
+        return self.needs[i]
 
     def protected(self, i: int) -> bool:
         """Too young to be a victim (min_runtime_seconds of its quota, inherited)."""
@@ -223,13 +230,13 @@ class Session:
         if lf < 0:
             return (UNKNOWN_QUOTA, (job.quota,))
         replica = self.replica[i]
-        need = self.need(i)
+        need = self.needs[i]
         cluster = self.cluster
         if replica >= MILLI and replica // MILLI > cluster.max_gpus:
             return (EXCEEDS_CLUSTER, ("node", replica, cluster.max_gpus * MILLI))
         if need > self.capacity:
             return (EXCEEDS_CLUSTER, ("pool", need, self.capacity))
-        if self.promised[i]:
+        if self.promised[i] or (job.preemptible and not self.limited[lf]):
             return None
         tree = self.tree
         alloc = self.alloc
@@ -249,7 +256,7 @@ class Session:
             self._add_alloc(self.leaf[i], self.replica[i] * len(placed))
         else:
             self._set(self.promised, i, False)
-            extra = self.replica[i] * len(placed) - self.need(i)
+            extra = self.replica[i] * len(placed) - self.needs[i]
             if extra:
                 self._add_alloc(self.leaf[i], extra)
         self._set(self.state, i, RUNNING)
@@ -289,6 +296,15 @@ class Session:
         cursor = dict.fromkeys(self.queues, 0)
         cluster = self.cluster
         fifo = self.tree.fifo
+        replica_of = self.replica
+        count_of = self.count
+        promised = self.promised
+        reasons = self.reasons
+        tried = self.tried
+        static_refusal = self._static_refusal
+        # Free capacity only shrinks while allocating, so once a single replica of some size
+        # found no room, every replica at least that big is refused without a search.
+        smallest_failed = 1 << 60
         while heap:
             _, lf = heapq.heappop(heap)
             queue = self.queues[lf]
@@ -296,11 +312,13 @@ class Session:
             while position < len(queue):
                 i = queue[position]
                 position += 1
-                self.tried.append(i)
-                refusal = self._static_refusal(i)
+                tried.append(i)
+                refusal = static_refusal(i)
                 placed = None
-                if refusal is None:
-                    placed = self._place_gang(i, self.min_count(i))
+                if refusal is None and replica_of[i] < smallest_failed:
+                    placed = self._place_gang(i, count_of[i])
+                    if placed is None and count_of[i] == 1 and not promised[i]:
+                        smallest_failed = replica_of[i]
                 if placed is not None:
                     self._admit(i, placed)
                     cursor[lf] = position
@@ -308,8 +326,8 @@ class Session:
                         heapq.heappush(heap, (self._leaf_key(lf), lf))
                     break
                 if refusal is None:
-                    refusal = (WAITING_FOR_EVICTION, ()) if self.promised[i] else (INSUFFICIENT_CAPACITY, ())
-                self.reasons[i] = refusal
+                    refusal = _WAITING if promised[i] else _SHORT
+                reasons[i] = refusal
                 if fifo[lf]:
                     # fifo: the job that does not fit blocks every job behind it.
                     for behind in queue[position:]:
@@ -337,7 +355,7 @@ class Session:
                 break
             if self.state[i] != PENDING or self.reasons.get(i, ("",))[0] != INSUFFICIENT_CAPACITY:
                 continue
-            count = self.min_count(i)
+            count = self.count[i]
             if cluster.free_total < self.replica[i] * count:
                 continue
             if self._static_refusal(i) is not None:
@@ -424,7 +442,7 @@ class Session:
                     continue
                 self._set(self.touched, mover, True)
                 reason = (
-                    f"moved so that {beneficiary} can start: the {gpu_count(self.need(i))} it needs are free "
+                    f"moved so that {beneficiary} can start: the {gpu_count(self.needs[i])} it needs are free "
                     "but fragmented across nodes"
                 )
                 self._decide(Evict(self.jobs[mover].id, CONSOLIDATION, beneficiary, reason))
@@ -473,7 +491,7 @@ class Session:
                     continue
                 blocked_fifo.add(lf)
             job = self.jobs[i]
-            signature = (job.priority, self.replica[i], self.min_count(i))
+            signature = (job.priority, self.replica[i], self.count[i])
             if any(p >= signature[0] and r <= signature[1] and c <= signature[2] for p, r, c in failed.get(lf, ())):
                 continue
             if not self._may_search(i):
@@ -489,7 +507,7 @@ class Session:
         job = self.jobs[i]
         lf = self.leaf[i]
         tree = self.tree
-        need = self.need(i)
+        need = self.needs[i]
         if self.alloc[lf] + need <= max(self.share[lf], tree.admit_guaranteed[lf]):
             return True
         own = self.candidates_by_leaf.get(lf, ())
@@ -505,7 +523,7 @@ class Session:
         tree = self.tree
         lf = self.leaf[i]
         chain = tree.chain[lf]
-        need = self.need(i)
+        need = self.needs[i]
         alloc = self.alloc
         top = -1
         for level, node in enumerate(chain):
@@ -550,7 +568,7 @@ class Session:
         vleaf = self.leaf[m]
         alloc = self.alloc
         share = self.share
-        need = self.need(i)
+        need = self.needs[i]
         if vleaf == qleaf:
             if only in (None, PREEMPT) and victim.priority < job.priority:
                 return (PREEMPT, -1, "")
@@ -711,7 +729,7 @@ class Session:
         """Beneficiary-side conditions on the current state, then a gang placement."""
         tree = self.tree
         lf = self.leaf[i]
-        need = self.need(i)
+        need = self.needs[i]
         alloc = self.alloc
         chain = tree.chain[lf]
         for node in chain:
@@ -732,7 +750,7 @@ class Session:
                     return None
         if self.cluster.free_total < need:
             return None
-        return self._place_gang(i, self.min_count(i))
+        return self._place_gang(i, self.count[i])
 
     def _search(self, i: int) -> bool:
         journal = self.journal
@@ -820,11 +838,11 @@ class Session:
             return
         # Victims inside their grace period still hold the GPUs: the job waits for them, and
         # its placement stays reserved for the rest of this cycle.
-        self._add_alloc(self.leaf[i], self.need(i))
+        self._add_alloc(self.leaf[i], self.needs[i])
         self._set(self.promised, i, True)
         self._set(self.touched, i, True)
         count = sum(1 for (m, rp), _ in kept if rp is None and self.jobs[m].grace_seconds > 0)
-        self.reasons[i] = (WAITING_FOR_EVICTION, (count, self.need(i)))
+        self.reasons[i] = (WAITING_FOR_EVICTION, (count, self.needs[i]))
 
     def _victim_reason(self, i: int, m: int, rule: str, variant: str) -> str:
         tree = self.tree
@@ -960,19 +978,44 @@ class Session:
         return statuses
 
     def _pending(self) -> dict[str, PendingReason]:
-        by_leaf: dict[int, list[tuple[tuple[int, float, int], int]]] = {}
         jobs = self.jobs
-        for m, state in enumerate(self.state):
-            if state == PENDING:
-                by_leaf.setdefault(self.leaf[m], []).append((queue_key(jobs[m], m), m))
+        state = self.state
+        # Allocation already sorted each quota's queue; only this cycle's victims join them.
+        by_leaf: dict[int, list[int]] = {
+            lf: [m for m in queue if state[m] == PENDING] for lf, queue in self.queues.items()
+        }
+        rejoined: set[int] = set()
+        for m, job in enumerate(jobs):
+            if state[m] == PENDING and job.state != PENDING:
+                by_leaf.setdefault(self.leaf[m], []).append(m)
+                rejoined.add(self.leaf[m])
+        for m, lf in enumerate(self.leaf):
+            if lf < 0 and state[m] == PENDING:
+                by_leaf.setdefault(lf, []).append(m)
+        for lf in rejoined:
+            by_leaf[lf].sort(key=lambda m: queue_key(jobs[m], m))
         out: dict[str, PendingReason] = {}
         free = self.cluster.free_total
         largest = self.cluster.largest_block()
+        reasons = self.reasons
+        needs = self.needs
+        messages = self._messages
+        leaf = self.leaf
+        replica = self.replica
         for members in by_leaf.values():
-            members.sort()
-            for position, (_, m) in enumerate(members, start=1):
+            for position, m in enumerate(members, start=1):
+                reason = reasons.get(m)
+                if reason is not None and reason[0] in _CAPACITY_CODES:
+                    # the common case, a full pool: one sentence per quota and job shape
+                    code = NO_FIT if needs[m] <= free else INSUFFICIENT_CAPACITY
+                    key = (code, (), leaf[m], needs[m], replica[m])
+                    message = messages.get(key)
+                    if message is None:
+                        message = messages[key] = self._message(m, code, (), free, largest)
+                    out[jobs[m].id] = PendingReason(code, message, position)
+                    continue
                 code, args = self._final_reason(m, free)
-                out[jobs[m].id] = PendingReason(code, self._message(m, code, args, free, largest), position)
+                out[jobs[m].id] = PendingReason(code, self._cached_message(m, code, args, free, largest), position)
         return out
 
     def _final_reason(self, m: int, free: int) -> tuple[str, tuple[Any, ...]]:
@@ -983,14 +1026,24 @@ class Session:
             )
         code = reason[0]
         if code in _CAPACITY_CODES:
-            return ((NO_FIT if self.need(m) <= free else INSUFFICIENT_CAPACITY), ())
+            return ((NO_FIT if self.needs[m] <= free else INSUFFICIENT_CAPACITY), ())
         return reason
+
+    def _cached_message(self, m: int, code: str, args: tuple[Any, ...], free: int, largest: int) -> str:
+        """Jobs of one quota with the same shape and refusal share one sentence."""
+        if code in (QUEUE_BLOCKED, WAITING_FOR_EVICTION, UNKNOWN_QUOTA):
+            return self._message(m, code, args, free, largest)
+        key = (code, args, self.leaf[m], self.needs[m], self.replica[m])
+        message = self._messages.get(key)
+        if message is None:
+            message = self._messages[key] = self._message(m, code, args, free, largest)
+        return message
 
     def _message(self, m: int, code: str, args: tuple[Any, ...], free: int, largest: int) -> str:
         job = self.jobs[m]
         replica = self.replica[m]
-        need = self.need(m)
-        count = self.min_count(m)
+        need = self.needs[m]
+        count = self.count[m]
         if code == UNKNOWN_QUOTA:
             return f"quota {job.quota} does not exist"
         if code == EXCEEDS_CLUSTER:
