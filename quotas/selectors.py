@@ -19,7 +19,8 @@ Viewer = AbstractBaseUser | AnonymousUser | None
 
 
 class QuotaTreeEntry(TypedDict):
-    id: int
+    """A quota as the tree shows it; no id, since a dry run's new quota has none that lasts."""
+
     name: str
     parent: str | None
     gpus: float
@@ -68,7 +69,6 @@ def quota_tree(*, pool: ResourcePool | int | None = None) -> list[QuotaTreeEntry
     if pool is not None:
         quotas = quotas.filter(pool=pool)
     rows = quotas.values(
-        "id",
         "name",
         "parent__name",
         "gpus",
@@ -87,7 +87,6 @@ def quota_tree(*, pool: ResourcePool | int | None = None) -> list[QuotaTreeEntry
 
 def _tree_entry(row: Mapping[str, Any]) -> QuotaTreeEntry:
     return QuotaTreeEntry(
-        id=row["id"],
         name=row["name"],
         parent=row["parent__name"],
         gpus=row["gpus"],
