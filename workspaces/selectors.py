@@ -7,6 +7,7 @@ from typing import Any
 from django.db.models import Count, QuerySet
 
 from quotas import hooks
+from quotas.models import Quota
 from workspaces.models import Membership, Workspace
 from workspaces.permissions import User, restrict
 
@@ -29,3 +30,11 @@ def bound_quotas_with_status(*, workspace: Workspace) -> list[dict[str, Any]]:
     quotas = list(workspace.quotas.order_by("name"))
     statuses = hooks.quota_status(quotas)
     return [{"quota": quota, "status": statuses.get(quota.pk)} for quota in quotas]
+
+
+def quota_binding_blocker(quota: Quota) -> str | None:
+    """Why a quota may not be deleted: the workspaces bound to it (None when there are none)."""
+    bound = list(quota.bindings.order_by("workspace__name").values_list("workspace__name", flat=True))
+    if not bound:
+        return None
+    return f"{quota.name} is bound to workspaces {', '.join(bound)}; unbind it first."

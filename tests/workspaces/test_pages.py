@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from quotas import hooks
 from tests.workspaces.permissions import PermissionWorld
 from workspaces import services
 
@@ -112,3 +113,10 @@ def test_a_developer_may_read_the_tab_but_not_save_it(world: PermissionWorld) ->
     assert 'type="submit">Save rules' not in client.get(f"/workspaces/{world.own.pk}/scheduling/").content.decode()
     answer = client.post(f"/workspaces/{world.own.pk}/scheduling/", _rule_post("Quota1.1", ["developer"], ""))
     assert answer.status_code == 403
+
+
+def test_a_bound_quota_cannot_be_deleted(world: PermissionWorld) -> None:
+    assert hooks.quota_delete_blockers(world.quotas["Quota1.1"]) == [
+        "Quota1.1 is bound to workspaces workspace-b; unbind it first."
+    ]
+    assert hooks.quota_delete_blockers(world.quotas["Quota1"]) == []
