@@ -76,6 +76,29 @@ class QuotaSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         # Uniqueness is a rule of the service, which names the clash; the API does not pre-empt it.
         extra_kwargs: dict[str, dict[str, Any]] = {"name": {"validators": []}}
 
+    def to_representation(self, quota: Quota) -> dict[str, Any]:
+        """Plain attribute reads: DRF's per-field dispatch cost ~0.2 ms a row, most of a 1,000-row list."""
+        parent_name = getattr(quota, "parent_name", None)
+        if parent_name is None and quota.parent_id is not None:
+            parent_name = quota.parent.name  # type: ignore[union-attr]
+        return {
+            "id": quota.pk,
+            "name": quota.name,
+            "parent": parent_name,
+            "gpus": quota.gpus,
+            "cpu": quota.cpu,
+            "memory_gib": quota.memory_gib,
+            "limit": quota.limit,
+            "weight": quota.weight,
+            "effective_weight": quota.effective_weight,
+            "rank": quota.rank,
+            "child_preemption": quota.child_preemption,
+            "same_level_preemption": quota.same_level_preemption,
+            "queue_policy": quota.queue_policy,
+            "min_runtime_seconds": quota.min_runtime_seconds,
+            "status": self.get_status(quota),
+        }
+
     def get_status(self, quota: Quota) -> QuotaStatus:
         statuses: dict[int, QuotaStatus] | None = self.context.get("statuses")
         if statuses is None or quota.pk not in statuses:
