@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from scheduling import triggers
 from scheduling.clock import SimulatedClock, use_clock
 from scheduling.cycle import ensure_fence
 from scheduling.lock import CycleLease, holder_name, issue_token
-from scheduling.models import Job, JobState
+from scheduling.models import Job, JobState, ReplicaPlacementRecord
 from workspaces import services as workspace_services
 from workspaces.models import Workspace
 
@@ -247,6 +248,11 @@ def parse_scenario(text: str) -> Scenario:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(error, "problem", None) or str(error)
         raise ScenarioError("scenario", None, f"not valid YAML{where}: {problem}") from None
+    return parse_document(document)
+
+
+def parse_document(document: object) -> Scenario:
+    """A scenario already loaded from YAML (or built in Python, as the benchmarks do)."""
     return _Parser().scenario(document)
 
 
@@ -942,22 +948,37 @@ class ScenarioRunner:
                 "running": figures["running"],
                 "pending": figures["pending"],
             }
-        job_figures: dict[str, dict[str, Any]] = {}
+        # Every job of the private database is one of the scenario's, so no id filter (a list
+        # of 10,000 ids is more than SQLite parses); three queries whatever the size.
         by_pk = {pk: name for name, pk in self.jobs.items()}
-        rows = Job.objects.filter(pk__in=by_pk).select_related("quota").prefetch_related("placements__node")
-        for job in sorted(rows, key=lambda row: row.pk):
-            nodes = sorted({p.node for p in job.placements.all()}, key=lambda node: node.pk)
-            pending = job.state == JobState.PENDING
-            job_figures[by_pk[job.pk]] = {
-                "state": job.state,
-                "quota": job.quota.name,
-                "gpus": _figure(job.allocated_gpus),
-                "replicas": job.running_replicas,
-                "nodes": [node.name for node in nodes],
-                "preemptions": job.preemptions,
+        nodes_of: dict[int, dict[int, str]] = defaultdict(dict)
+        for job_id, node_id, node_name in ReplicaPlacementRecord.objects.values_list("job_id", "node_id", "node__name"):
+            nodes_of[job_id][node_id] = node_name
+        job_figures: dict[str, dict[str, Any]] = {}
+        for row in Job.objects.order_by("id").values(
+            "id",
+            "state",
+            "quota__name",
+            "allocated_gpus",
+            "running_replicas",
+            "preemptions",
+            "reason_code",
+            "reason_message",
+            "position",
+        ):
+            if row["id"] not in by_pk:
+                continue
+            waiting = row["state"] == JobState.PENDING and row["reason_code"]
+            job_figures[by_pk[row["id"]]] = {
+                "state": row["state"],
+                "quota": row["quota__name"],
+                "gpus": _figure(row["allocated_gpus"]),
+                "replicas": row["running_replicas"],
+                "nodes": [name for _, name in sorted(nodes_of.get(row["id"], {}).items())],
+                "preemptions": row["preemptions"],
                 "reason": (
-                    {"code": job.reason_code, "message": job.reason_message, "position": job.position}
-                    if pending and job.reason_code
+                    {"code": row["reason_code"], "message": row["reason_message"], "position": row["position"]}
+                    if waiting
                     else None
                 ),
             }
