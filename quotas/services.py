@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, Unpack, overload
 
-from django.apps import apps
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
@@ -866,16 +865,8 @@ def _quota_holders(quota: Quota) -> list[str]:
         reasons.append(
             f"{quota.name} has {len(children)} child quota(s) ({', '.join(children[:5])}); delete them first."
         )
-    # The workspaces app sits above this one: its binding model is looked up by name, never imported.
-    try:
-        binding_model = apps.get_model("workspaces", "QuotaBinding")
-    except LookupError:
-        binding_model = None
-    if binding_model is not None:
-        bound = binding_model.objects.filter(quota=quota).count()
-        if bound:
-            reasons.append(f"{quota.name} is bound to {bound} workspace(s); unbind them first.")
-    # Live jobs are the scheduler's to judge (what counts as live is its word): it registers a guard.
+    # Bound workspaces and live jobs belong to the apps above, which register guards (they know
+    # what binds and what is live); their PROTECT foreign keys stay as the last line.
     reasons.extend(reason for reason in hooks.quota_delete_blockers(quota) if reason not in reasons)
     return reasons
 

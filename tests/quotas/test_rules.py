@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.apps import apps
 from django.core.exceptions import ValidationError
 
 from quotas import hooks, selectors, services
@@ -409,3 +410,17 @@ def test_non_admins_may_not_change_the_tree(pai_tree: Tree, make_user: Callable[
 
     assert type(refused.value).__name__ == "PermissionDenied"
     assert str(refused.value) == "Only platform admins may scale quotas."
+
+
+def test_a_quota_bound_to_a_workspace_stays(pai_tree: Tree) -> None:
+    """The workspaces app (above this one) holds the bindings; it is reached by name, not imported."""
+    workspace_model = apps.get_model("workspaces", "Workspace")
+    binding_model = apps.get_model("workspaces", "QuotaBinding")
+    workspace = workspace_model.objects.create(name="team-a")
+    binding_model.objects.create(workspace=workspace, quota=pai_tree["Quota1.1"])
+
+    with pytest.raises(ValidationError) as refused:
+        services.delete_quota(actor=None, quota=pai_tree["Quota1.1"])
+
+    assert any("team-a" in message for message in refused.value.message_dict["quota"]), refused.value
+    assert Quota.objects.filter(name="Quota1.1").exists()
