@@ -167,6 +167,48 @@ class Session:
         self.end = _subtree_ends(tree)
         self.limited = [any(tree.limit[c] != NO_LIMIT for c in chain) for chain in tree.chain]
         self._messages: dict[tuple[Any, ...], str] = {}
+        self.reserved: dict[int, list[Placement]] = {}
+        for target in sorted(waiting_for):
+            self._reserve(target, waiting_for[target])
+
+    def _reserve(self, target: int, victims: list[int]) -> None:
+        """Keep the free GPUs a beneficiary needs beside its releasing victims (the promise).
+
+        The beneficiary is placed as if its victims were gone; the part of that placement that is
+        free now is taken out of the pool, so nobody else takes it while the victims release.
+        """
+        cluster = self.cluster
+        journal = self.journal
+        mark = journal.checkpoint()
+        for v in victims:
+            job = self.jobs[v]
+            for pl in self.held[v]:
+                cluster.adjust(pl, +1, job.cpu, job.memory_gib)
+        placed = self._place_gang(target, self.count[target])
+        journal.rollback(mark)
+        if placed is None:
+            return
+        keep: list[Placement] = []
+        for node, devices, milli in placed:
+            free = cluster.dev_free[node]
+            for d in devices:
+                amount = min(milli, free[d])
+                if amount > 0:
+                    keep.append((node, (d,), amount))
+        for pl in keep:
+            cluster.adjust(pl, -1, 0.0, 0.0)
+        self.reserved[target] = keep
+
+    def _place_promised(self, i: int) -> list[Placement] | None:
+        """A beneficiary of releasing victims may use what is kept for it, and any free GPUs."""
+        journal = self.journal
+        mark = journal.checkpoint()
+        for pl in self.reserved.get(i, ()):
+            self.cluster.adjust(pl, +1, 0.0, 0.0)
+        placed = self._place_gang(i, self.count[i])
+        if placed is None:
+            journal.rollback(mark)
+        return placed
 
     # -- small helpers ------------------------------------------------------------------
     def min_count(self, i: int) -> int:
@@ -265,9 +307,10 @@ class Session:
         self._set(self.touched, i, True)
         self._decide(("admit", i))
 
-    def _leaf_key(self, lf: int) -> tuple[float, int, int, int]:
+    def _leaf_key(self, lf: int, head: int) -> tuple[int, float, int, int, int]:
         tree = self.tree
         return (
+            1 if self._borrower(head) else 0,
             saturation(self.alloc[lf], self.share[lf]),
             -tree.rank[lf],
             tree.created[lf],
@@ -291,58 +334,115 @@ class Session:
             entries.sort()
             self.queues[lf] = [i for _, i in entries]
         self.tried: list[int] = []
-        heap = [(self._leaf_key(lf), lf) for lf in self.queues]
+        # Beneficiaries of releasing victims go first: what they wait for is theirs.
+        promised = self.promised
+        for i in sorted(self.waiting_for):
+            if promised[i] and self.state[i] == PENDING and self._static_refusal(i) is None:
+                placed = self._place_promised(i)
+                if placed is not None:
+                    self._admit(i, placed)
+        # Entitled jobs (within fair share or guarantee at every level with the job admitted)
+        # come before borrowers, so that nothing is admitted that the next cycle reclaims.
+        tree = self.tree
+        share = self.share
+        admit_guaranteed = tree.admit_guaranteed
+        self.entitled_bound = [s if s > g else g for s, g in zip(share, admit_guaranteed, strict=True)]
+        heap = []
+        cursor: dict[int, int] = {}
+        for lf, queue in self.queues.items():
+            head = cursor[lf] = self._next_pending(queue, 0)
+            if head < len(queue):
+                heap.append((self._leaf_key(lf, queue[head]), lf))
         heapq.heapify(heap)
-        cursor = dict.fromkeys(self.queues, 0)
         cluster = self.cluster
-        fifo = self.tree.fifo
+        fifo = tree.fifo
         replica_of = self.replica
         count_of = self.count
-        promised = self.promised
         reasons = self.reasons
         tried = self.tried
         static_refusal = self._static_refusal
+        borrower = self._borrower
         # Free capacity only shrinks while allocating, so once a single replica of some size
         # found no room, every replica at least that big is refused without a search.
         smallest_failed = 1 << 60
         while heap:
-            _, lf = heapq.heappop(heap)
+            key, lf = heapq.heappop(heap)
+            lf_class = key[0]
             queue = self.queues[lf]
             position = cursor[lf]
+            if lf_class == 0 and position < len(queue) and borrower(queue[position]):
+                # admissions elsewhere in its branch made the head a borrower since it was keyed
+                heapq.heappush(heap, (self._leaf_key(lf, queue[position]), lf))
+                continue
             while position < len(queue):
                 i = queue[position]
                 position += 1
+                if self.state[i] != PENDING:
+                    continue
                 tried.append(i)
-                refusal = static_refusal(i)
-                placed = None
-                if refusal is None and replica_of[i] < smallest_failed:
-                    placed = self._place_gang(i, count_of[i])
-                    if placed is None and count_of[i] == 1 and not promised[i]:
-                        smallest_failed = replica_of[i]
+                if promised[i]:
+                    refusal: tuple[str, tuple[Any, ...]] | None = self._static_refusal(i) or _WAITING
+                    placed = None
+                else:
+                    refusal = static_refusal(i)
+                    placed = None
+                    if refusal is None and replica_of[i] < smallest_failed:
+                        placed = self._place_gang(i, count_of[i])
+                        if placed is None and count_of[i] == 1:
+                            smallest_failed = replica_of[i]
                 if placed is not None:
                     self._admit(i, placed)
                     cursor[lf] = position
+                    position = self._next_pending(queue, position)
                     if position < len(queue):
-                        heapq.heappush(heap, (self._leaf_key(lf), lf))
+                        cursor[lf] = position
+                        heapq.heappush(heap, (self._leaf_key(lf, queue[position]), lf))
                     break
                 if refusal is None:
-                    refusal = _WAITING if promised[i] else _SHORT
+                    refusal = _SHORT
                 reasons[i] = refusal
                 if fifo[lf]:
                     # fifo: the job that does not fit blocks every job behind it.
                     for behind in queue[position:]:
+                        if self.state[behind] != PENDING:
+                            continue
                         self.reasons[behind] = (QUEUE_BLOCKED, (jobs[i].id,))
                         self.tried.append(behind)
                     position = len(queue)
                 elif cluster.free_total == 0:
                     # Nothing left to place: the rest of this quota only needs its reasons.
                     for behind in queue[position:]:
+                        if self.state[behind] != PENDING:
+                            continue
                         self.tried.append(behind)
                         self.reasons[behind] = self._static_refusal(behind) or (
-                            (WAITING_FOR_EVICTION, ()) if self.promised[behind] else (INSUFFICIENT_CAPACITY, ())
+                            _WAITING if self.promised[behind] else _SHORT
                         )
                     position = len(queue)
-            cursor[lf] = position
+                else:
+                    position = self._next_pending(queue, position)
+                    if position < len(queue) and lf_class < 1 and borrower(queue[position]):
+                        # the next job of this quota borrows: entitled jobs elsewhere go first
+                        cursor[lf] = position
+                        heapq.heappush(heap, (self._leaf_key(lf, queue[position]), lf))
+                        break
+            else:
+                cursor[lf] = position
+
+    def _next_pending(self, queue: list[int], position: int) -> int:
+        state = self.state
+        while position < len(queue) and state[queue[position]] != PENDING:
+            position += 1
+        return position
+
+    def _borrower(self, i: int) -> bool:
+        """Admitting the job takes its quota or an ancestor above both fair share and guarantee."""
+        if self.promised[i]:
+            return False
+        need = self.needs[i]
+        alloc = self.alloc
+        bound = self.entitled_bound
+        return any(alloc[node] + need > bound[node] for node in self.tree.chain[self.leaf[i]])
 
     # -- action 2: consolidate ------------------------------------------------------------
     def consolidate(self) -> None:
