@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import permissions, status
 from rest_framework.authtoken.views import ObtainAuthToken
@@ -14,13 +15,16 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """Services raise Django's ValidationError; the API answers it as a 400 naming the fields."""
+    """Services raise Django's ValidationError and PermissionDenied; the API answers them as a
+    400 naming the fields and a 403 that keeps the service's reason (DRF would replace it)."""
     if isinstance(exc, DjangoValidationError):
         if hasattr(exc, "error_dict"):
             detail: Any = {field: [str(m) for m in messages] for field, messages in exc.message_dict.items()}
         else:
             detail = {"non_field_errors": [str(m) for m in exc.messages]}
         return Response(detail, status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, DjangoPermissionDenied) and str(exc):
+        return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
     return drf_exception_handler(exc, context)
 
 

@@ -134,3 +134,13 @@ def test_createsuperuser_noinput_reads_the_environment() -> None:
         assert check.stdout.strip().splitlines()[-1] == "True True"
     finally:
         db_file.unlink(missing_ok=True)
+
+
+def test_a_service_refusal_keeps_its_reason_in_the_403() -> None:
+    from django.core.exceptions import PermissionDenied
+
+    from console.api import exception_handler
+
+    response = exception_handler(PermissionDenied("role 'visitor' may not use Quota1.1 in workspace-b"), {})
+    assert response is not None
+    assert (response.status_code, response.data) == (403, {"detail": "role 'visitor' may not use Quota1.1 in workspace-b"})
