@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "guardian",
     "channels",
     "quotas",
@@ -136,6 +137,14 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "GPU Quota Console API",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI's assets come from the sidecar package through our static files: no CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "JobKindEnum": "scheduling.models.JobKind",
+        "JobEventKindEnum": "scheduling.models.JobEventKind",
+    },
 }
 
 CHANNEL_LAYERS = {

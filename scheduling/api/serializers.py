@@ -87,7 +87,7 @@ class JobSubmitSerializer(serializers.Serializer[dict[str, Any]]):
     dry_run = serializers.BooleanField(default=False)
 
 
-class DryRunSerializer(serializers.Serializer[dict[str, Any]]):
+class JobDryRunSerializer(serializers.Serializer[dict[str, Any]]):
     dry_run = serializers.BooleanField(default=False)
 
 

@@ -19,7 +19,7 @@ from scheduling import selectors, services
 from scheduling.api.filters import JobFilter
 from scheduling.api.serializers import (
     CycleOutcomeSerializer,
-    DryRunSerializer,
+    JobDryRunSerializer,
     JobEventSerializer,
     JobSerializer,
     JobSubmitSerializer,
@@ -67,11 +67,11 @@ class JobViewSet(
         job = selectors.job_list().get(pk=outcome.pk)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=DryRunSerializer, responses={200: JobSerializer})
+    @extend_schema(request=JobDryRunSerializer, responses={200: JobSerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         job = self.get_object()
-        options = DryRunSerializer(data=request.data)
+        options = JobDryRunSerializer(data=request.data)
         options.is_valid(raise_exception=True)
         outcome = services.cancel_job(actor=request.user, job=job, dry_run=options.validated_data["dry_run"])
         if isinstance(outcome, services.DryRun):

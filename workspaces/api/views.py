@@ -102,7 +102,11 @@ class MembershipViewSet(WorkspaceScopedViewSet):
     serializer_class = MembershipSerializer
     filterset_fields = ["role"]
 
+    queryset = Membership.objects.none()  # for the schema; requests go through get_queryset
+
     def get_queryset(self) -> QuerySet[Membership]:
+        if getattr(self, "swagger_fake_view", False):
+            return Membership.objects.none()
         return restrict(
             Membership.objects.filter(workspace_id=self.kwargs["workspace_pk"]).select_related("user").order_by("id"),
             self.request.user,
@@ -130,7 +134,11 @@ class CustomRoleViewSet(WorkspaceScopedViewSet):
     serializer_class = CustomRoleSerializer
     filterset_fields = ["name"]
 
+    queryset = CustomRole.objects.none()  # for the schema; requests go through get_queryset
+
     def get_queryset(self) -> QuerySet[CustomRole]:
+        if getattr(self, "swagger_fake_view", False):
+            return CustomRole.objects.none()
         return restrict(
             CustomRole.objects.filter(workspace_id=self.kwargs["workspace_pk"]).order_by("id"),
             self.request.user,
