@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from quotas import selectors
@@ -12,7 +14,8 @@ from quotas.hooks import QuotaStatus
 from quotas.models import AuditRecord, Node, Quota
 
 
-class QuotaNameField(serializers.SlugRelatedField):  # type: ignore[type-arg]
+@extend_schema_field(OpenApiTypes.STR)
+class QuotaNameField(serializers.SlugRelatedField[Quota]):
     """A quota referred to by its unique name, looked up among the quotas the user may see."""
 
     default_error_messages = {
@@ -28,7 +31,7 @@ class QuotaNameField(serializers.SlugRelatedField):  # type: ignore[type-arg]
         return selectors.visible_quotas(getattr(request, "user", None))
 
 
-class QuotaStatusSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class QuotaStatusSerializer(serializers.Serializer[dict[str, Any]]):
     fair_share = serializers.FloatField()
     allocated = serializers.FloatField()
     allocated_self = serializers.FloatField()
@@ -45,7 +48,7 @@ class QuotaListSerializer(serializers.ListSerializer):  # type: ignore[type-arg]
         return super().to_representation(quotas)
 
 
-class QuotaSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class QuotaSerializer(serializers.ModelSerializer[Quota]):
     parent = QuotaNameField(allow_null=True, required=False)  # type: ignore[assignment]
     effective_weight = serializers.FloatField(read_only=True)
     status = serializers.SerializerMethodField()
@@ -106,7 +109,7 @@ class QuotaSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         return statuses[quota.pk]
 
 
-class ScaleSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class ScaleSerializer(serializers.Serializer[dict[str, Any]]):
     gpus = serializers.FloatField(required=False)
     cpu = serializers.FloatField(required=False)
     memory_gib = serializers.FloatField(required=False)
@@ -118,7 +121,7 @@ class ScaleSerializer(serializers.Serializer):  # type: ignore[type-arg]
         return attrs
 
 
-class TransferSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class TransferSerializer(serializers.Serializer[dict[str, Any]]):
     """`from` is a Python keyword, so the fields are built here rather than declared."""
 
     def get_fields(self) -> dict[str, serializers.Field]:  # type: ignore[type-arg]
@@ -132,18 +135,18 @@ class TransferSerializer(serializers.Serializer):  # type: ignore[type-arg]
         }
 
 
-class TransferResultSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class TransferResultSerializer(serializers.Serializer[dict[str, Any]]):
     def get_fields(self) -> dict[str, serializers.Field]:  # type: ignore[type-arg]
         return {"from": QuotaSerializer(read_only=True), "to": QuotaSerializer(read_only=True)}
 
 
-class DryRunPreviewSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class DryRunPreviewSerializer(serializers.Serializer[dict[str, Any]]):
     admit = serializers.ListField(child=serializers.DictField())
     evict = serializers.ListField(child=serializers.DictField())
     tree = serializers.ListField(child=serializers.DictField())
 
 
-class DryRunResultSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class DryRunResultSerializer(serializers.Serializer[dict[str, Any]]):
     """Documents the answer of a `dry_run: true` write."""
 
     valid = serializers.BooleanField()
@@ -151,7 +154,7 @@ class DryRunResultSerializer(serializers.Serializer):  # type: ignore[type-arg]
     preview = DryRunPreviewSerializer(allow_null=True)
 
 
-class NodeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class NodeSerializer(serializers.ModelSerializer[Node]):
     dry_run = serializers.BooleanField(write_only=True, required=False, default=False)
 
     class Meta:
@@ -161,11 +164,11 @@ class NodeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         extra_kwargs: dict[str, dict[str, Any]] = {"name": {"validators": []}}
 
 
-class DryRunSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class DryRunFlagSerializer(serializers.Serializer[dict[str, Any]]):
     dry_run = serializers.BooleanField(required=False, default=False)
 
 
-class AuditRecordSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class AuditRecordSerializer(serializers.ModelSerializer[AuditRecord]):
     actor: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="username", read_only=True)
     object = serializers.CharField(source="object_repr", read_only=True)
 

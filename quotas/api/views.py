@@ -17,8 +17,8 @@ from quotas import selectors, services
 from quotas.api.filters import AuditRecordFilter, NodeFilter, QuotaFilter
 from quotas.api.serializers import (
     AuditRecordSerializer,
+    DryRunFlagSerializer,
     DryRunResultSerializer,
-    DryRunSerializer,
     NodeSerializer,
     QuotaSerializer,
     ScaleSerializer,
@@ -40,7 +40,7 @@ def _dry_run(request: Request, validated: dict[str, Any]) -> bool:
 
 
 def _query_dry_run(request: Request) -> bool:
-    serializer = DryRunSerializer(data={"dry_run": request.query_params.get("dry_run", False)})
+    serializer = DryRunFlagSerializer(data={"dry_run": request.query_params.get("dry_run", False)})
     serializer.is_valid(raise_exception=True)
     return bool(serializer.validated_data["dry_run"])
 
@@ -165,7 +165,7 @@ class NodeViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
         return Response(outcome)
 
     def _set_state(self, request: Request, state: str) -> Response:
-        serializer = DryRunSerializer(data=request.data)
+        serializer = DryRunFlagSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         dry_run = _dry_run(request, dict(serializer.validated_data))
         outcome = services.set_node_state(actor=request.user, node=self.get_object(), state=state, dry_run=dry_run)
@@ -173,13 +173,13 @@ class NodeViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
             return self._represent(outcome)
         return Response(outcome)
 
-    @extend_schema(request=DryRunSerializer, responses={200: NodeSerializer})
+    @extend_schema(request=DryRunFlagSerializer, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
     def down(self, request: Request, pk: str | None = None) -> Response:
         """Take the node out of placement; guarantees still count it."""
         return self._set_state(request, NodeState.DOWN)
 
-    @extend_schema(request=DryRunSerializer, responses={200: NodeSerializer})
+    @extend_schema(request=DryRunFlagSerializer, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
     def up(self, request: Request, pk: str | None = None) -> Response:
         return self._set_state(request, NodeState.READY)
