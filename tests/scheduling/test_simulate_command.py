@@ -263,3 +263,24 @@ def test_two_simulations_do_not_share_a_database(tmp_path: Path, django_db_block
     first = run_json(path, django_db_blocker)
     second = run_json(path, django_db_blocker)  # the same names again: no "already exists"
     assert first == second
+
+
+def test_simulate_needs_neither_the_consoles_database_nor_redis(tmp_path: Path) -> None:
+    """Pointed at a database server and a Redis that do not answer, simulate still plays."""
+    path = write(tmp_path, "  - submit: {name: j, quota: team-a, gpus: 1}\n  - checkpoint: x\n")
+    result = subprocess.run(
+        [sys.executable, "manage.py", "simulate", str(path), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "DATABASE_URL": "postgres://nobody@127.0.0.1:9/console",
+            "REDIS_URL": "redis://127.0.0.1:9/0",
+        },
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["jobs"]["j"]["state"] == "running"
