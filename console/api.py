@@ -1,4 +1,7 @@
-"""API pieces shared by every app: the error shape, token login, platform-admin permission."""
+"""Project-level API pieces: the error shape every app shares, and token login.
+
+Permission classes live in `quotas.api.permissions`, the lowest layer, so every app can use them
+without importing upwards."""
 
 from __future__ import annotations
 
@@ -10,7 +13,6 @@ from rest_framework import permissions, status
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
 
@@ -26,26 +28,6 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, DjangoPermissionDenied) and str(exc):
         return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
     return drf_exception_handler(exc, context)
-
-
-class IsPlatformAdmin(permissions.BasePermission):
-    """Platform admins are Django superusers: they run the whole cluster."""
-
-    message = "Only platform admins may do this."
-
-    def has_permission(self, request: Request, view: APIView) -> bool:
-        return bool(request.user and request.user.is_authenticated and request.user.is_superuser)
-
-
-class PlatformAdminWritesOthersRead(permissions.BasePermission):
-    """Signed-in users read; only platform admins write."""
-
-    message = "Only platform admins may change this."
-
-    def has_permission(self, request: Request, view: APIView) -> bool:
-        if not (request.user and request.user.is_authenticated):
-            return False
-        return request.method in permissions.SAFE_METHODS or bool(request.user.is_superuser)
 
 
 class ObtainTokenView(ObtainAuthToken):

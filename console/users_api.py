@@ -10,7 +10,7 @@ from django.db.models import QuerySet
 from rest_framework import mixins, serializers, viewsets
 
 from console import services
-from console.api import IsPlatformAdmin
+from quotas.api.permissions import IsPlatformAdmin
 
 User = get_user_model()
 

@@ -4,13 +4,18 @@ Imports point one way (scheduling → workspaces → quotas), yet a quota's `sta
 dry-run `preview` come from the scheduler. The scheduling app registers its providers here
 at start (`SchedulingConfig.ready`); until then the quotas app answers with what it has.
 Higher apps may also register delete guards: a quota (or node) that something above still
-depends on must not be deleted, and only that app knows what depends on it.
+depends on must not be deleted, and only that app knows what depends on it. Which quotas a
+user may see is decided by the workspaces app (the quotas bound to their workspaces), which
+registers its `restrict` here as the quota visibility.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import Any, TypedDict
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import QuerySet
 
 from quotas.models import Node, Quota
 
@@ -33,6 +38,29 @@ PreviewProvider = Callable[[], Preview]
 # A guard answers why the object may not be deleted, or None when nothing holds it.
 QuotaDeleteGuard = Callable[[Quota], str | None]
 NodeDeleteGuard = Callable[[Node], str | None]
+# Narrows a queryset of quotas to those the user may see.
+QuotaVisibility = Callable[[QuerySet[Quota], AbstractBaseUser | AnonymousUser | None], QuerySet[Quota]]
+
+
+def _signed_in_see_all(
+    quotas: QuerySet[Quota], user: AbstractBaseUser | AnonymousUser | None
+) -> QuerySet[Quota]:
+    """Before any workspace rules exist: signed-in users read the tree, anonymous users nothing."""
+    return quotas if user is not None and user.is_authenticated else quotas.none()
+
+
+_quota_visibility: QuotaVisibility = _signed_in_see_all
+
+
+def register_quota_visibility(visibility: QuotaVisibility) -> QuotaVisibility:
+    """Install the rule for who sees which quota; returns the one it replaces (tests put it back)."""
+    global _quota_visibility
+    previous, _quota_visibility = _quota_visibility, visibility
+    return previous
+
+
+def restrict_quotas(quotas: QuerySet[Quota], user: AbstractBaseUser | AnonymousUser | None) -> QuerySet[Quota]:
+    return _quota_visibility(quotas, user)
 
 _status_provider: StatusProvider | None = None
 _preview_provider: PreviewProvider | None = None

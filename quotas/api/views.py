@@ -12,9 +12,9 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from console.api import IsPlatformAdmin, PlatformAdminWritesOthersRead
 from quotas import selectors, services
 from quotas.api.filters import AuditRecordFilter, NodeFilter, QuotaFilter
+from quotas.api.permissions import IsPlatformAdmin, PlatformAdminWritesOthersRead, PlatformAdminWritesVisibleReads
 from quotas.api.serializers import (
     AuditRecordSerializer,
     DryRunFlagSerializer,
@@ -50,7 +50,7 @@ class QuotaViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
     """The quota tree. Platform admins write; signed-in users read what they may see."""
 
     serializer_class = QuotaSerializer
-    permission_classes = [PlatformAdminWritesOthersRead]
+    permission_classes = [PlatformAdminWritesVisibleReads]
     filterset_class = QuotaFilter
 
     def get_queryset(self) -> QuerySet[Quota]:

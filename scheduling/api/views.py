@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.api import IsPlatformAdmin
+from quotas.api.permissions import IsPlatformAdmin
 from quotas.models import Quota
 from scheduling import selectors, services
 from scheduling.api.filters import JobFilter

@@ -143,4 +143,7 @@ def test_a_service_refusal_keeps_its_reason_in_the_403() -> None:
 
     response = exception_handler(PermissionDenied("role 'visitor' may not use Quota1.1 in workspace-b"), {})
     assert response is not None
-    assert (response.status_code, response.data) == (403, {"detail": "role 'visitor' may not use Quota1.1 in workspace-b"})
+    assert (response.status_code, response.data) == (
+        403,
+        {"detail": "role 'visitor' may not use Quota1.1 in workspace-b"},
+    )

@@ -15,9 +15,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_schema_generates_without_warnings_and_validates(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "manage.py", "spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "s.yaml")],
-        cwd=ROOT, env={**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings"},
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "manage.py",
+            "spectacular",
+            "--validate",
+            "--fail-on-warn",
+            "--file",
+            str(tmp_path / "s.yaml"),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     schema = (tmp_path / "s.yaml").read_text()

@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 from quotas import hooks, services
 from quotas.models import AuditRecord, Node, Quota
 from tests.quotas.conftest import fresh
+from workspaces.services import add_member, create_workspace
 
 Tree = dict[str, Quota]
 ClientFor = Callable[[AbstractUser | None], APIClient]
@@ -85,7 +86,7 @@ def test_platform_admins_read_and_write(
 
 
 @pytest.mark.parametrize(("method", "path", "body", "admin_status"), ENDPOINTS)
-def test_members_read_but_may_not_write(
+def test_members_read_but_may_not_write(  # members of a workspace bound to Quota1.1
     cluster: Tree,
     make_user: Callable[..., AbstractUser],
     client_for: ClientFor,
@@ -94,9 +95,12 @@ def test_members_read_but_may_not_write(
     body: Any,
     admin_status: int,
 ) -> None:
+    member = make_user("member")
+    workspace = create_workspace(actor=None, name="team-b", quotas=[cluster["Quota1.1"]])
+    add_member(actor=None, workspace=workspace, user=member, role="developer")
     before = AuditRecord.objects.count()
 
-    response = call(client_for(make_user("member")), method, resolve(path, cluster), body)
+    response = call(client_for(member), method, resolve(path, cluster), body)
 
     assert response.status_code == (200 if method == "get" else 403), response.content
     assert AuditRecord.objects.count() == before

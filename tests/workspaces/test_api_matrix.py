@@ -8,7 +8,6 @@ their role forbids the action, 401 for anonymous. Jobs rows are added with the s
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
@@ -263,24 +262,7 @@ QUOTA_EXPECTED = {
     "quota-foreign-patch": foreign(200),
 }
 
-# quotas.selectors.visible_quotas still shows every quota to everyone, and the quota viewset checks
-# "platform admins write" before it looks the quota up; these cases pass once the lead wires
-# workspaces.permissions.restrict into both (strict: the marks must then be removed).
-AWAITING_WIRING = "quotas API not yet filtered by workspaces.permissions.restrict"
-
-
-def _quota_cases() -> list[Any]:
-    cases = []
-    for case in matrix_cases(QUOTA_ENDPOINTS, QUOTA_EXPECTED):
-        _endpoint, persona, expected = case.values
-        if expected == 404 and persona != "platform_admin":
-            waiting = pytest.mark.xfail(strict=True, reason=AWAITING_WIRING)
-            case = pytest.param(*case.values, id=case.id, marks=waiting)
-        cases.append(case)
-    return cases
-
-
-@pytest.mark.parametrize(("endpoint", "persona", "expected"), _quota_cases())
+@pytest.mark.parametrize(("endpoint", "persona", "expected"), matrix_cases(QUOTA_ENDPOINTS, QUOTA_EXPECTED))
 def test_quota_endpoints(
     world: PermissionWorld,
     persona_client: Callable[[str], APIClient],

@@ -18,7 +18,7 @@ from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from console.api import IsPlatformAdmin
+from quotas.api.permissions import IsPlatformAdmin
 from workspaces import services
 from workspaces.api.serializers import (
     CustomRoleSerializer,
