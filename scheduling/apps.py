@@ -12,9 +12,16 @@ def _quota_tree_changed(sender: Any, **kwargs: Any) -> None:
 
 
 def _inventory_changed(sender: Any, **kwargs: Any) -> None:
+    from quotas.models import Node
+    from scheduling.services import release_jobs_on_down_node
     from scheduling.triggers import request_cycle
 
-    request_cycle(f"inventory:{kwargs.get('action', 'changed')}")
+    action = kwargs.get("action", "changed")
+    if action == "node.down":
+        # The cluster is the ready nodes: what ran on a node that went down must run elsewhere.
+        for node_id, node_name in Node.objects.filter(pk__in=kwargs.get("node_ids", [])).values_list("id", "name"):
+            release_jobs_on_down_node(node_id=node_id, node_name=node_name)
+    request_cycle(f"inventory:{action}")
 
 
 class SchedulingConfig(AppConfig):

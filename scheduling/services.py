@@ -346,6 +346,34 @@ def fail_job(*, job: Job, message: str = "") -> Job:
     return finish_job(job=job, succeeded=False, message=message)
 
 
+def release_jobs_on_down_node(*, node_id: int, node_name: str) -> int:
+    """A node that went down takes its replicas with it: each job with one there lets go of all
+    its GPUs and goes back to the queue (or fails, when it asked not to be requeued), so the
+    next cycle can place it on the ready nodes. Returns how many jobs were released."""
+    now = get_clock().now()
+    released = 0
+    with transaction.atomic():
+        on_node = (
+            Job.objects.filter(state__in=(JobState.RUNNING, JobState.RELEASING), placements__node_id=node_id)
+            .values("id", "state", "revision", "requeue")
+            .distinct()
+            .order_by("id")
+        )
+        for row in on_node:
+            if lifecycle.release_job(
+                job_id=row["id"],
+                seen_state=row["state"],
+                seen_revision=row["revision"],
+                requeue=row["requeue"],
+                now=now,
+                message=f"node {node_name} went down",
+            ):
+                released += 1
+        if released:
+            triggers.request_cycle_on_commit("node-down")
+    return released
+
+
 def is_final(job: Job) -> bool:
     return job.state in FINAL_STATES
 
@@ -358,6 +386,7 @@ __all__ = [
     "converge",
     "fail_job",
     "finish_job",
+    "release_jobs_on_down_node",
     "run_cycle",
     "submit_job",
     "validate_job_shape",

@@ -266,11 +266,6 @@ def test_grace_period_keeps_gpus_until_released(simulate: Simulate) -> None:
     assert released["jobs"]["a-second"]["preemptions"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the runtime keeps a job 'running' on a node marked down (neither the engine nor the executor "
-    "requeues it); SCHEDULING.md: the cluster is the ready nodes",
-)
 def test_node_down_requeues_its_job_and_keeps_fair_shares(simulate: Simulate) -> None:
     run = simulate("node-down")
     ready = run["both-nodes-ready"]
