@@ -12,6 +12,7 @@ from pathlib import Path
 import environ
 
 from console.config import ConfigError, database_config, redis_url
+from scheduling.beat import schedule as beat_schedule
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -189,16 +190,6 @@ LOGGING = {
 
 # Beat's safety net: a scheduling cycle every few seconds, and the simulated executor's clock tick
 # (event triggers run cycles at once; these only catch what a lost trigger missed).
-CELERY_BEAT_SCHEDULE = {
-    "scheduling-cycle": {
-        "task": "scheduling.tasks.run_scheduling_cycle",
-        "schedule": SCHEDULER_BEAT_SECONDS,
-        "kwargs": {"trigger": "beat"},
-        "options": {"expires": SCHEDULER_BEAT_SECONDS},
-    },
-    "executor-tick": {
-        "task": "scheduling.tasks.executor_tick",
-        "schedule": env.float("EXECUTOR_TICK_SECONDS", default=1.0),
-        "options": {"expires": 2.0},
-    },
-}
+CELERY_BEAT_SCHEDULE = beat_schedule(
+    cycle_seconds=SCHEDULER_BEAT_SECONDS, tick_seconds=env.float("EXECUTOR_TICK_SECONDS", default=1.0)
+)
