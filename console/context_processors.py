@@ -10,9 +10,9 @@ from django.urls import NoReverseMatch, reverse
 # (label, url name): pages register here as they arrive; missing ones are skipped.
 NAVIGATION = [
     ("Dashboard", "dashboard"),
-    ("Resource Quotas", "quota-list"),
+    ("Resource Quotas", "resource-quotas"),
     ("Workspaces", "workspace-list"),
-    ("Jobs", "job-list"),
+    ("Jobs", "jobs-page"),
     ("API", "api-docs"),
 ]
 

@@ -57,6 +57,31 @@ def quota_list(*, user: Viewer = None) -> QuerySet[Quota]:
     return visible_quotas(user).annotate(parent_name=F("parent__name")).defer("created_at", "updated_at").order_by("id")
 
 
+class QuotaTreeRow(TypedDict):
+    quota: Quota
+    depth: int
+    status: hooks.QuotaStatus
+
+
+def quota_tree_rows(*, user: Viewer) -> list[QuotaTreeRow]:
+    """The quotas the user may see in tree order (parents before children, siblings by age),
+    each with its depth and status; a quota whose parent is hidden from the user starts a tree."""
+    quotas = list(quota_list(user=user))
+    statuses = quota_statuses(quotas)
+    visible = {quota.pk for quota in quotas}
+    children: dict[int | None, list[Quota]] = {}
+    for quota in quotas:
+        parent = quota.parent_id if quota.parent_id in visible else None
+        children.setdefault(parent, []).append(quota)
+    rows: list[QuotaTreeRow] = []
+    stack = [(quota, 0) for quota in reversed(children.get(None, []))]
+    while stack:
+        quota, depth = stack.pop()
+        rows.append(QuotaTreeRow(quota=quota, depth=depth, status=statuses[quota.pk]))
+        stack.extend((child, depth + 1) for child in reversed(children.get(quota.pk, [])))
+    return rows
+
+
 def quota_statuses(quotas: Sequence[Quota]) -> dict[int, hooks.QuotaStatus]:
     """Status of a page of quotas in one call, so the queries do not grow with the page."""
     return hooks.quota_status(quotas)

@@ -1,5 +1,9 @@
 """Page routes of quotas, mounted by console.urls."""
 
-from django.urls import URLPattern
+from django.urls import path
 
-urlpatterns: list[URLPattern] = []
+from quotas import views
+
+urlpatterns = [
+    path("quotas/", views.resource_quotas, name="resource-quotas"),
+]
