@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-SCENARIOS = Path(__file__).resolve().parents[3] / "docs" / "scenarios"
+from tests.scheduling.scenarios.helpers import Checkpoints
 
-Checkpoints = dict[str, dict[str, Any]]
+SCENARIOS = Path(__file__).resolve().parents[3] / "docs" / "scenarios"
 
 
 @pytest.fixture

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+Checkpoints = dict[str, dict[str, Any]]
+
 
 def allocated(checkpoint: dict[str, Any]) -> dict[str, float]:
     """GPUs each quota's subtree holds."""

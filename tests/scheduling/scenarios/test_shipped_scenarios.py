@@ -10,8 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.scheduling.scenarios.conftest import Checkpoints
-from tests.scheduling.scenarios.helpers import allocated, jobs_in, states
+from tests.scheduling.scenarios.helpers import Checkpoints, allocated, jobs_in, states
 
 Simulate = Callable[[str], Checkpoints]
 
