@@ -165,7 +165,15 @@ class Session:
         self.capacity = _ready_milli(snapshot)
         self.share = divide(tree, self.request, self.capacity, fractional_nodes(tree, jobs))
         self.end = _subtree_ends(tree)
-        self.limited = [any(tree.limit[c] != NO_LIMIT for c in chain) for chain in tree.chain]
+        # The guarantee room of a waiting non-preemptible beneficiary is promised to it too: in
+        # its chain, nobody else goes above the guarantee while its victims release.
+        self.guard = [NO_LIMIT] * len(tree)
+        for target in waiting_for:
+            if not jobs[target].preemptible and leaf[target] >= 0:
+                for node in tree.chain[leaf[target]]:
+                    self.guard[node] = tree.admit_guaranteed[node]
+        guard = self.guard
+        self.limited = [any(tree.limit[c] != NO_LIMIT or guard[c] != NO_LIMIT for c in chain) for chain in tree.chain]
         self._messages: dict[tuple[Any, ...], str] = {}
         self.reserved: dict[int, list[Placement]] = {}
         for target in sorted(waiting_for):
@@ -291,6 +299,10 @@ class Session:
                 g = tree.admit_guaranteed[node]
                 if alloc[node] + need > g:
                     return (GUARANTEED_ONLY, (tree.names[node], alloc[node], need, g))
+        guard = self.guard
+        for node in tree.chain[lf]:
+            if alloc[node] + need > guard[node]:
+                return _SHORT  # that room is promised to a beneficiary whose victims release
         return None
 
     def _admit(self, i: int, placed: list[Placement]) -> None:
@@ -307,10 +319,11 @@ class Session:
         self._set(self.touched, i, True)
         self._decide(("admit", i))
 
-    def _leaf_key(self, lf: int, head: int) -> tuple[int, float, int, int, int]:
+    def _leaf_key(self, lf: int) -> tuple[bool, float, int, int, int]:
         tree = self.tree
         return (
-            1 if self._borrower(head) else 0,
+            # child_preemption: a parent's own jobs rank above everything in its subtree
+            not (tree.is_self[lf] and tree.child_preemption[tree.parent[lf]]),
             saturation(self.alloc[lf], self.share[lf]),
             -tree.rank[lf],
             tree.created[lf],
@@ -343,105 +356,93 @@ class Session:
                     self._admit(i, placed)
         # Entitled jobs (within fair share or guarantee at every level with the job admitted)
         # come before borrowers, so that nothing is admitted that the next cycle reclaims.
+        # Three passes: jobs within guarantee at every level (the guarantee rule would reclaim
+        # for them), then jobs within fair share or guarantee, then borrowers.
         tree = self.tree
-        share = self.share
-        admit_guaranteed = tree.admit_guaranteed
-        self.entitled_bound = [s if s > g else g for s, g in zip(share, admit_guaranteed, strict=True)]
-        heap = []
-        cursor: dict[int, int] = {}
-        for lf, queue in self.queues.items():
-            head = cursor[lf] = self._next_pending(queue, 0)
-            if head < len(queue):
-                heap.append((self._leaf_key(lf, queue[head]), lf))
+        within_share = [s if s > g else g for s, g in zip(self.share, tree.admit_guaranteed, strict=True)]
+        self._smallest_failed = 1 << 60
+        self._serve(tree.admit_guaranteed)
+        self._serve(within_share)
+        self._serve(None)
+
+    def _serve(self, bound: list[int] | None) -> None:
+        """One pass over the quotas, lowest saturation first.
+
+        With a `bound`, only jobs that keep their quota and every ancestor within it are admitted:
+        another job is passed over (it waits for a later pass), and so is every preemptible job of
+        its quota with a lower priority, which the job passed over would preempt.
+        """
+        entitled_only = bound is not None
+        queues = self.queues
+        state = self.state
+        reasons = self.reasons
+        jobs = self.jobs
+        heap = [(self._leaf_key(lf), lf) for lf in queues]
         heapq.heapify(heap)
+        cursor = dict.fromkeys(queues, 0)
         cluster = self.cluster
-        fifo = tree.fifo
+        fifo = self.tree.fifo
         replica_of = self.replica
         count_of = self.count
-        reasons = self.reasons
         tried = self.tried
-        static_refusal = self._static_refusal
+        promised = self.promised
         borrower = self._borrower
-        # Free capacity only shrinks while allocating, so once a single replica of some size
-        # found no room, every replica at least that big is refused without a search.
-        smallest_failed = 1 << 60
+        static_refusal = self._static_refusal
         while heap:
-            key, lf = heapq.heappop(heap)
-            lf_class = key[0]
-            queue = self.queues[lf]
-            position = cursor[lf]
-            if lf_class == 0 and position < len(queue) and borrower(queue[position]):
-                # admissions elsewhere in its branch made the head a borrower since it was keyed
-                heapq.heappush(heap, (self._leaf_key(lf, queue[position]), lf))
-                continue
+            _, lf = heapq.heappop(heap)
+            queue = queues[lf]
+            # First pass: rescan from the start, since borrowers passed over stay in the queue.
+            position = 0 if entitled_only else cursor[lf]
+            passed_over = 0  # priority of the first borrower passed over (first pass); 0: none
             while position < len(queue):
                 i = queue[position]
                 position += 1
-                if self.state[i] != PENDING:
+                if state[i] != PENDING or i in reasons:
+                    continue
+                job_priority = jobs[i].priority
+                if passed_over and job_priority < passed_over and jobs[i].preemptible:
+                    continue  # the job passed over would preempt it (non-preemptible jobs are safe)
+                refusal = static_refusal(i)
+                if refusal is None and promised[i]:
+                    refusal = _WAITING
+                if refusal is None and bound is not None and borrower(i, bound):
+                    if fifo[lf]:
+                        break
+                    if not passed_over:
+                        passed_over = job_priority
                     continue
                 tried.append(i)
-                if promised[i]:
-                    refusal: tuple[str, tuple[Any, ...]] | None = self._static_refusal(i) or _WAITING
-                    placed = None
-                else:
-                    refusal = static_refusal(i)
-                    placed = None
-                    if refusal is None and replica_of[i] < smallest_failed:
-                        placed = self._place_gang(i, count_of[i])
-                        if placed is None and count_of[i] == 1:
-                            smallest_failed = replica_of[i]
+                placed = None
+                if refusal is None and replica_of[i] < self._smallest_failed:
+                    placed = self._place_gang(i, count_of[i])
+                    if placed is None and count_of[i] == 1:
+                        self._smallest_failed = replica_of[i]
                 if placed is not None:
                     self._admit(i, placed)
                     cursor[lf] = position
-                    position = self._next_pending(queue, position)
                     if position < len(queue):
-                        cursor[lf] = position
-                        heapq.heappush(heap, (self._leaf_key(lf, queue[position]), lf))
+                        heapq.heappush(heap, (self._leaf_key(lf), lf))
                     break
-                if refusal is None:
-                    refusal = _SHORT
-                reasons[i] = refusal
+                reasons[i] = refusal or _SHORT
                 if fifo[lf]:
                     # fifo: the job that does not fit blocks every job behind it.
                     for behind in queue[position:]:
-                        if self.state[behind] != PENDING:
-                            continue
-                        self.reasons[behind] = (QUEUE_BLOCKED, (jobs[i].id,))
-                        self.tried.append(behind)
-                    position = len(queue)
-                elif cluster.free_total == 0:
+                        if state[behind] == PENDING and behind not in reasons:
+                            reasons[behind] = (QUEUE_BLOCKED, (jobs[i].id,))
+                            tried.append(behind)
+                    break
+                if cluster.free_total == 0 and not entitled_only:
                     # Nothing left to place: the rest of this quota only needs its reasons.
                     for behind in queue[position:]:
-                        if self.state[behind] != PENDING:
-                            continue
-                        self.tried.append(behind)
-                        self.reasons[behind] = self._static_refusal(behind) or (
-                            _WAITING if self.promised[behind] else _SHORT
-                        )
-                    position = len(queue)
-                else:
-                    position = self._next_pending(queue, position)
-                    if position < len(queue) and lf_class < 1 and borrower(queue[position]):
-                        # the next job of this quota borrows: entitled jobs elsewhere go first
-                        cursor[lf] = position
-                        heapq.heappush(heap, (self._leaf_key(lf, queue[position]), lf))
-                        break
-            else:
-                cursor[lf] = position
+                        if state[behind] == PENDING and behind not in reasons:
+                            tried.append(behind)
+                            reasons[behind] = static_refusal(behind) or (_WAITING if promised[behind] else _SHORT)
+                    break
 
-    def _next_pending(self, queue: list[int], position: int) -> int:
-        state = self.state
-        while position < len(queue) and state[queue[position]] != PENDING:
-            position += 1
-        return position
-
-    def _borrower(self, i: int) -> bool:
-        """Admitting the job takes its quota or an ancestor above both fair share and guarantee."""
-        if self.promised[i]:
-            return False
+    def _borrower(self, i: int, bound: list[int]) -> bool:
+        """Admitting the job takes its quota or an ancestor above `bound`."""
         need = self.needs[i]
         alloc = self.alloc
-        bound = self.entitled_bound
         return any(alloc[node] + need > bound[node] for node in self.tree.chain[self.leaf[i]])
 
     # -- action 2: consolidate ------------------------------------------------------------
@@ -832,8 +833,9 @@ class Session:
         need = self.needs[i]
         alloc = self.alloc
         chain = tree.chain[lf]
+        guard = self.guard
         for node in chain:
-            if alloc[node] + need > tree.limit[node]:
+            if alloc[node] + need > tree.limit[node] or alloc[node] + need > guard[node]:
                 return None
         if not self.jobs[i].preemptible:
             for node in chain:
@@ -978,10 +980,14 @@ class Session:
         if cluster.free_total == 0:
             return
         tree = self.tree
+        # No growth in a branch where a beneficiary waits for releasing victims: the quota room
+        # (a guarantee, for a non-preemptible beneficiary) is promised to it as well.
+        waiting_branch = {node for i, p in enumerate(self.promised) if p for node in tree.chain[self.leaf[i]]}
         heap: list[tuple[tuple[float, int, float, int], int]] = []
         for m, job in enumerate(self.jobs):
             if (
                 self.state[m] == RUNNING
+                and self.leaf[m] not in waiting_branch
                 and job.min_replicas is not None
                 and len(self.placements[m]) < job.replicas
                 and self.leaf[m] >= 0
