@@ -20,19 +20,20 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Case, CharField, F, IntegerField, TextField, Value, When
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 
 from quotas.models import Node
 from scheduling import engine, events
 from scheduling.clock import get_clock
 from scheduling.engine import types as engine_types
-from scheduling.lifecycle import add_event, release_job
+from scheduling.lifecycle import add_event, released_event, released_values
 from scheduling.lock import CycleLease, CycleLock, get_cycle_lock
 from scheduling.models import (
     HOLDING_STATES,
     CycleRecord,
     Job,
+    JobEvent,
     JobEventKind,
     JobState,
     ReplicaPlacementRecord,
@@ -44,7 +45,8 @@ logger = logging.getLogger(__name__)
 
 # Room for float rounding when fractions add up to exactly one device.
 _EPSILON = 1e-9
-_REASON_BATCH = 500
+# Rows per bulk statement (reasons, admissions, the locking read): a few thousand parameters each.
+_BATCH = 1000
 
 Placement = tuple[int, tuple[int, ...], float]  # node id, devices, fraction
 
@@ -254,6 +256,14 @@ class _Commit:
         self.held: dict[int, list[Placement]] = defaultdict(list)
         self.node_gpus: dict[int, int] = {}
         self.node_ready: dict[int, bool] = {}
+        # Admissions are checked one by one, in the engine's order, against rows locked up front
+        # (`_lock_admissions`), and written together at the end (`_flush_admissions`).
+        self.current: dict[int, tuple[str, int]] = {}
+        self.admit_rows: list[tuple[int, int, float, int]] = []
+        self.releasing_rows: list[tuple[int, int, datetime, int | None]] = []
+        self.released_rows: list[tuple[Any, ...]] = []
+        self.new_placements: list[ReplicaPlacementRecord] = []
+        self.new_events: list[JobEvent] = []
 
     # --- the whole result --------------------------------------------------------------------
 
@@ -266,12 +276,14 @@ class _Commit:
         }
         admitted_now: set[str] = set()
         requeued_now = 0
+        self._lock_jobs(result, moves)
         # Evictions and shrinks first: an admission in the same result may stand on their GPUs.
         for decision in result.decisions:
             if isinstance(decision, engine.Evict) and decision.job_id not in moves:
                 requeued_now += self._evict(decision)
             elif isinstance(decision, engine.Shrink):
                 self._shrink(decision)
+        self._flush_evictions()
         self._load_occupancy()
         for decision in result.decisions:
             if isinstance(decision, engine.Admit):
@@ -281,6 +293,7 @@ class _Commit:
                     admitted_now.add(decision.job_id)
             elif isinstance(decision, engine.Grow):
                 self._grow(decision)
+        self._flush_admissions()
         self._write_reasons(result, admitted_now)
         still_pending = sum(
             1 for key, seen in self.index.jobs.items() if seen.state == JobState.PENDING and key not in admitted_now
@@ -322,6 +335,95 @@ class _Commit:
         ):
             placement: Placement = (row["node_id"], tuple(row["devices"]), row["fraction"])
             self._occupy(row["job_id"], [placement], sign=1)
+
+    def _lock_jobs(self, result: engine.CycleResult, moves: set[str]) -> None:
+        """The state and revision, right now, of every job the result admits or evicts, their rows
+        locked (PostgreSQL) until the commit: a decision checked against them cannot lose a race,
+        so those decisions can be written together, a few statements for all of them."""
+        pks = sorted(
+            {
+                seen.pk
+                for d in result.decisions
+                if (isinstance(d, engine.Admit) or (isinstance(d, engine.Evict) and d.job_id not in moves))
+                and (seen := self.index.jobs.get(d.job_id)) is not None
+            }
+        )
+        for start in range(0, len(pks), _BATCH):
+            rows = (
+                Job.objects.select_for_update()
+                .filter(pk__in=pks[start : start + _BATCH])
+                .order_by("pk")
+                .values_list("pk", "state", "revision")
+            )
+            for pk, state, revision in rows:
+                self.current[pk] = (state, revision)
+
+    def _flush_evictions(self) -> None:
+        """Evicted jobs with a grace period become releasing; the others let go of their GPUs now."""
+        written = _bulk_update(
+            state=JobState.RUNNING,
+            columns=(("release_at", "timestamptz"), ("beneficiary_id", "bigint")),
+            rows=self.releasing_rows,
+            fixed=(
+                ("state", "%s", (JobState.RELEASING,)),
+                ("revision", "revision + 1", ()),
+                ("evicted_at", "%s", (self.now,)),
+            ),
+        )
+        written += _bulk_update(
+            state=JobState.RUNNING,
+            columns=(
+                ("state", "varchar"),
+                ("finished_at", "timestamptz"),
+                ("reason_code", "varchar"),
+                ("reason_message", "text"),
+            ),
+            rows=self.released_rows,
+            fixed=(
+                ("revision", "revision + 2", ()),
+                ("preemptions", "preemptions + 1", ()),
+                ("allocated_gpus", "0", ()),
+                ("running_replicas", "0", ()),
+                ("started_at", "NULL", ()),
+                ("evicted_at", "NULL", ()),
+                ("release_at", "NULL", ()),
+                ("beneficiary_id", "NULL", ()),
+                ("position", "NULL", ()),
+            ),
+        )
+        expected = len(self.releasing_rows) + len(self.released_rows)
+        if written != expected:
+            raise RuntimeError(f"evicted {written} of {expected} checked jobs; cycle rolled back")
+        released = [row[0] for row in self.released_rows]
+        for start in range(0, len(released), _BATCH):
+            ReplicaPlacementRecord.objects.filter(job_id__in=released[start : start + _BATCH]).delete()
+        JobEvent.objects.bulk_create(self.new_events, batch_size=_BATCH)
+        self.new_events = []
+
+    def _flush_admissions(self) -> None:
+        if not self.admit_rows:
+            return
+        written = _bulk_update(
+            state=JobState.PENDING,
+            columns=(("allocated_gpus", "double precision"), ("running_replicas", "integer")),
+            rows=self.admit_rows,
+            fixed=(
+                ("state", "%s", (JobState.RUNNING,)),
+                ("revision", "revision + 1", ()),
+                ("started_at", "%s", (self.now,)),
+                ("reason_code", "''", ()),
+                ("reason_message", "''", ()),
+                ("position", "NULL", ()),
+                ("beneficiary_id", "NULL", ()),
+                ("evicted_at", "NULL", ()),
+                ("release_at", "NULL", ()),
+            ),
+        )
+        if written != len(self.admit_rows):
+            # The rows were locked and checked; anything else is a bug: nothing of this cycle commits.
+            raise RuntimeError(f"admitted {written} of {len(self.admit_rows)} checked jobs; cycle rolled back")
+        ReplicaPlacementRecord.objects.bulk_create(self.new_placements, batch_size=_BATCH)
+        JobEvent.objects.bulk_create(self.new_events, batch_size=_BATCH)
 
     def _occupy(self, job_pk: int, placements: list[Placement], *, sign: int) -> None:
         for node_id, devices, fraction in placements:
@@ -365,29 +467,25 @@ class _Commit:
     # --- decisions ---------------------------------------------------------------------------------
 
     def _evict(self, decision: engine.Evict) -> int:
-        """Returns 1 when the job went straight back to the queue (no grace period)."""
+        """Returns 1 when the job went straight back to the queue (no grace period).
+
+        Checked here against the locked row; written by `_flush_evictions`."""
         seen = self._seen(decision.job_id, JobState.RUNNING)
         if seen is None:
             return 0
-        beneficiary_pk, beneficiary_name = self._beneficiary(decision.beneficiary)
-        release_at = self.now + timedelta(seconds=seen.grace_seconds)
-        marked = Job.objects.filter(pk=seen.pk, state=JobState.RUNNING, revision=seen.revision).update(
-            state=JobState.RELEASING,
-            revision=F("revision") + 1,
-            evicted_at=self.now,
-            release_at=release_at,
-            beneficiary_id=beneficiary_pk,
-        )
-        if not marked:
+        if self.current.get(seen.pk) != (JobState.RUNNING, seen.revision):
             self.applied.skipped += 1
             return 0
-        add_event(
-            job_id=seen.pk,
-            kind=JobEventKind.EVICTED,
-            at=self.now,
-            rule=decision.rule,
-            beneficiary_id=beneficiary_pk,
-            message=decision.reason,
+        beneficiary_pk, beneficiary_name = self._beneficiary(decision.beneficiary)
+        self.new_events.append(
+            JobEvent(
+                job_id=seen.pk,
+                kind=JobEventKind.EVICTED,
+                at=self.now,
+                rule=decision.rule,
+                beneficiary_id=beneficiary_pk,
+                message=decision.reason,
+            )
         )
         self.applied.evicted += 1
         self.applied.evicted_ids.append(seen.pk)
@@ -403,17 +501,27 @@ class _Commit:
             }
         )
         if seen.grace_seconds > 0:
+            release_at = self.now + timedelta(seconds=seen.grace_seconds)
+            self.releasing_rows.append((seen.pk, seen.revision, release_at, beneficiary_pk))
+            self.current[seen.pk] = (JobState.RELEASING, seen.revision + 1)
             return 0
         # No grace period: the GPUs are free in this very commit.
-        new_state = release_job(
-            job_id=seen.pk,
-            seen_state=JobState.RELEASING,
-            seen_revision=seen.revision + 1,
-            requeue=seen.requeue,
-            now=self.now,
-            message=f"evicted by {decision.rule}" + (f" for {beneficiary_name}" if beneficiary_name else ""),
+        message = f"evicted by {decision.rule}" + (f" for {beneficiary_name}" if beneficiary_name else "")
+        values = released_values(requeue=seen.requeue, now=self.now, message=message)
+        self.released_rows.append(
+            (
+                seen.pk,
+                seen.revision,
+                values["state"],
+                values["finished_at"],
+                values["reason_code"],
+                values["reason_message"],
+            )
         )
-        return 1 if new_state == JobState.PENDING else 0
+        kind, event_message = released_event(requeue=seen.requeue, message=message)
+        self.new_events.append(JobEvent(job_id=seen.pk, kind=kind, at=self.now, message=event_message))
+        self.current[seen.pk] = (str(values["state"]), seen.revision + 2)
+        return 1 if values["state"] == JobState.PENDING else 0
 
     def _shrink(self, decision: engine.Shrink) -> None:
         seen = self._seen(decision.job_id, JobState.RUNNING)
@@ -487,31 +595,27 @@ class _Commit:
             logger.error("admission of %s skipped: %s", seen.name, conflict)
             self.applied.skipped += 1
             return False
-        gpus = _gpus_of(placements)
-        changed = Job.objects.filter(pk=seen.pk, state=JobState.PENDING, revision=seen.revision).update(
-            state=JobState.RUNNING,
-            revision=F("revision") + 1,
-            allocated_gpus=gpus,
-            running_replicas=len(placements),
-            started_at=self.now,
-            reason_code="",
-            reason_message="",
-            position=None,
-            beneficiary=None,
-            evicted_at=None,
-            release_at=None,
-        )
-        if not changed:
-            self.applied.skipped += 1
+        if self.current.get(seen.pk) != (JobState.PENDING, seen.revision):
+            self.applied.skipped += 1  # Cancelled (or otherwise changed) since the snapshot.
             return False
-        self._create_placements(seen.pk, placements)
+        gpus = _gpus_of(placements)
+        self.current[seen.pk] = (JobState.RUNNING, seen.revision + 1)
+        self.admit_rows.append((seen.pk, seen.revision, gpus, len(placements)))
+        self.new_placements.extend(
+            ReplicaPlacementRecord(job_id=seen.pk, node_id=node_id, devices=list(devices), fraction=fraction)
+            for node_id, devices, fraction in placements
+        )
         self._occupy(seen.pk, placements, sign=1)
         nodes = self._nodes(placements)
-        add_event(
-            job_id=seen.pk,
-            kind=JobEventKind.ADMITTED,
-            at=self.now,
-            message=f"{len(placements)} replica(s), {gpus:g} GPUs on {', '.join(nodes)}",
+        self.new_events.append(
+            JobEvent(
+                job_id=seen.pk,
+                kind=JobEventKind.ADMITTED,
+                at=self.now,
+                rule="",
+                beneficiary_id=None,
+                message=f"{len(placements)} replica(s), {gpus:g} GPUs on {', '.join(nodes)}",
+            )
         )
         self.applied.admitted += 1
         self.applied.admitted_ids.append(seen.pk)
@@ -615,35 +719,70 @@ class _Commit:
         )
 
     def _write_reasons(self, result: engine.CycleResult, admitted_now: set[str]) -> None:
-        """Only reasons that changed are written, in a few statements, and only to jobs still pending."""
-        changed: dict[int, tuple[str, str, int | None]] = {}
+        """Only reasons that changed since the snapshot are written, and only to jobs still pending
+        at the revision the snapshot saw: one statement per thousand rows."""
+        rows: list[tuple[int, int, str, str, int | None]] = []
         for key, seen in self.index.jobs.items():
             if seen.state != JobState.PENDING or key in admitted_now:
                 continue
             reason = result.pending.get(key)
             wanted = (reason.code, reason.message, reason.position) if reason else ("", "", None)
             if wanted != (seen.reason_code, seen.reason_message, seen.position):
-                changed[seen.pk] = wanted
-        pks = list(changed)
-        for start in range(0, len(pks), _REASON_BATCH):
-            batch = pks[start : start + _REASON_BATCH]
-            Job.objects.filter(pk__in=batch, state=JobState.PENDING).update(
-                reason_code=Case(
-                    *[When(pk=pk, then=Value(changed[pk][0])) for pk in batch],
-                    default=F("reason_code"),
-                    output_field=CharField(),
-                ),
-                reason_message=Case(
-                    *[When(pk=pk, then=Value(changed[pk][1])) for pk in batch],
-                    default=F("reason_message"),
-                    output_field=TextField(),
-                ),
-                position=Case(
-                    *[When(pk=pk, then=Value(changed[pk][2])) for pk in batch],
-                    default=F("position"),
-                    output_field=IntegerField(null=True),
-                ),
+                rows.append((seen.pk, seen.revision, *wanted))
+        _bulk_update(
+            state=JobState.PENDING,
+            columns=(("reason_code", "varchar"), ("reason_message", "text"), ("position", "integer")),
+            rows=rows,
+        )
+
+
+_JOB_TABLE = Job._meta.db_table
+
+
+def _bulk_update(
+    *,
+    state: str,
+    columns: tuple[tuple[str, str], ...],
+    rows: list[tuple[Any, ...]],
+    fixed: tuple[tuple[str, str, tuple[Any, ...]], ...] = (),
+) -> int:
+    """Per row (job id, seen revision, *one value per column): set those columns, and each
+    `fixed` (column, SQL expression, its parameters), on the job only while it is in `state` at
+    the seen revision. `columns` name their PostgreSQL type. Returns how many rows changed.
+
+    PostgreSQL: one `UPDATE … FROM unnest(<one array per column>)` for all the rows (a handful of
+    parameters, whatever the number of rows); elsewhere one `executemany` of a plain
+    parameterised UPDATE (SQLite runs it at C speed).
+    """
+    if not rows:
+        return 0
+    qn = connection.ops.quote_name
+    fixed_sql = [f"{qn(column)} = {expression}" for column, expression, _params in fixed]
+    fixed_params = [param for _column, _expression, params in fixed for param in params]
+    table = qn(_JOB_TABLE)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            names = ", ".join(qn(name) for name in ("id", "seen_revision", *(column for column, _type in columns)))
+            arrays = ", ".join(f"%s::{kind}[]" for kind in ("bigint", "integer", *(kind for _c, kind in columns)))
+            assignments = ", ".join([*(f"{qn(column)} = v.{qn(column)}" for column, _type in columns), *fixed_sql])
+            cursor.execute(
+                f"UPDATE {table} AS j SET {assignments} FROM unnest({arrays}) AS v({names}) "
+                f"WHERE j.{qn('id')} = v.{qn('id')} AND j.{qn('state')} = %s "
+                f"AND j.{qn('revision')} = v.{qn('seen_revision')}",
+                [*fixed_params, *(list(values) for values in zip(*rows, strict=True)), state],
             )
+            return int(cursor.rowcount)
+        # Raw parameters skip the fields' own conversions; datetimes are the one that matters
+        # (SQLite stores them as Django writes them: naive UTC text).
+        adapt = connection.ops.adapt_datetimefield_value
+        fixed_params = [adapt(param) if isinstance(param, datetime) else param for param in fixed_params]
+        rows = [tuple(adapt(value) if isinstance(value, datetime) else value for value in row) for row in rows]
+        assignments = ", ".join([*(f"{qn(column)} = %s" for column, _type in columns), *fixed_sql])
+        cursor.executemany(
+            f"UPDATE {table} SET {assignments} WHERE {qn('id')} = %s AND {qn('state')} = %s AND {qn('revision')} = %s",
+            [(*row[2:], *fixed_params, row[0], state, row[1]) for row in rows],
+        )
+        return int(cursor.rowcount)
 
 
 def converge(max_cycles: int = 50) -> int:

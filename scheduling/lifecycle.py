@@ -32,6 +32,32 @@ def add_event(
     )
 
 
+def released_values(*, requeue: bool, now: datetime, message: str = "") -> dict[str, object]:
+    """The fields a released job ends with (besides revision and preemptions going up by one)."""
+    return {
+        "state": JobState.PENDING if requeue else JobState.FAILED,
+        "allocated_gpus": 0,
+        "running_replicas": 0,
+        "started_at": None,
+        "evicted_at": None,
+        "release_at": None,
+        "beneficiary": None,
+        "position": None,
+        "finished_at": None if requeue else now,
+        "reason_code": "" if requeue else PREEMPTED,
+        "reason_message": ""
+        if requeue
+        else f"preempted and not requeued (requeue is false){': ' + message if message else ''}",
+    }
+
+
+def released_event(*, requeue: bool, message: str = "") -> tuple[str, str]:
+    """The kind and message of the event a released job gets."""
+    if requeue:
+        return JobEventKind.REQUEUED, message or "back in the queue"
+    return JobEventKind.FAILED, message or "preempted; requeue is false"
+
+
 def release_job(
     *,
     job_id: int,
@@ -45,32 +71,16 @@ def release_job(
 
     Returns the new state, or None when the job was no longer as seen (nothing changed).
     """
-    new_state = JobState.PENDING if requeue else JobState.FAILED
+    values = released_values(requeue=requeue, now=now, message=message)
     changed = Job.objects.filter(pk=job_id, state=seen_state, revision=seen_revision).update(
-        state=new_state,
-        revision=F("revision") + 1,
-        allocated_gpus=0,
-        running_replicas=0,
-        preemptions=F("preemptions") + 1,
-        started_at=None,
-        evicted_at=None,
-        release_at=None,
-        beneficiary=None,
-        position=None,
-        finished_at=None if requeue else now,
-        reason_code="" if requeue else PREEMPTED,
-        reason_message=""
-        if requeue
-        else f"preempted and not requeued (requeue is false){': ' + message if message else ''}",
+        revision=F("revision") + 1, preemptions=F("preemptions") + 1, **values
     )
     if not changed:
         return None
     ReplicaPlacementRecord.objects.filter(job_id=job_id).delete()
-    if requeue:
-        add_event(job_id=job_id, kind=JobEventKind.REQUEUED, at=now, message=message or "back in the queue")
-    else:
-        add_event(job_id=job_id, kind=JobEventKind.FAILED, at=now, message=message or "preempted; requeue is false")
-    return new_state
+    kind, event_message = released_event(requeue=requeue, message=message)
+    add_event(job_id=job_id, kind=kind, at=now, message=event_message)
+    return str(values["state"])
 
 
 def end_job(

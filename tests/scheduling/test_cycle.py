@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduling import engine, lifecycle, services, tasks
+from scheduling import cycle, engine, services, tasks
 from scheduling.clock import get_clock
 from scheduling.cycle import decide_and_commit
 from scheduling.lock import CycleLease, RedisCycleLock, issue_token
@@ -95,16 +95,15 @@ def test_a_worker_killed_mid_commit_leaves_nothing_half_applied(
 ) -> None:
     cluster.submit("a", gpus=4)
     cluster.submit("b", "team-b", gpus=4)
-    real_add_event = lifecycle.add_event
-    written: list[str] = []
+    real_flush = cycle._Commit._flush_admissions
 
-    def dies_after_the_first_admission(**fields: Any) -> JobEvent:
-        if written:
-            raise SystemExit("worker killed")
-        written.append(fields["kind"])
-        return real_add_event(**fields)
+    def dies_after_the_admissions(self: cycle._Commit) -> None:
+        # The admissions (jobs, placements, events) are written; the reasons and the record are not.
+        real_flush(self)
+        assert Job.objects.filter(state=JobState.RUNNING).count() == 2
+        raise SystemExit("worker killed")
 
-    monkeypatch.setattr("scheduling.cycle.add_event", dies_after_the_first_admission)
+    monkeypatch.setattr(cycle._Commit, "_flush_admissions", dies_after_the_admissions)
     with pytest.raises(SystemExit):
         services.run_cycle(trigger="doomed")
     assert Job.objects.filter(state=JobState.RUNNING).count() == 0
