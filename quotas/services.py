@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, Unpack, overload
 
@@ -584,6 +584,144 @@ def create_quota(
     if dry_run:
         return _dry_run(apply, pool_id=None)
     return apply()
+
+
+@dataclass(frozen=True, slots=True)
+class NewQuota:
+    """One quota of a tree created at once: `parent` names a quota listed before it, or one that
+    already exists in the pool; None makes a root. The defaults are create_quota's."""
+
+    name: str
+    parent: str | None = None
+    gpus: float = 0
+    cpu: float | None = None
+    memory_gib: float | None = None
+    limit: float | None = None
+    weight: float | None = None
+    rank: int = 0
+    child_preemption: bool = False
+    same_level_preemption: bool = False
+    queue_policy: str = QueuePolicy.BEST_EFFORT
+    min_runtime_seconds: int | None = None
+
+
+def create_quota_tree(*, actor: Actor, quotas: Sequence[NewQuota], pool: ResourcePool | None = None) -> list[Quota]:
+    """Many quotas at once (a whole tree, or subtrees under existing quotas), all or nothing.
+
+    The same rules and messages as `create_quota`, checked once for the whole set against the
+    pool's tree (locked as create_quota locks it): names present and unique (in the set and in
+    the database), amounts ≥ 0, limit ≥ gpus, parents known and in the pool, children's
+    guarantees within their parent's, roots' within the pool's capacity. Then one insert per
+    level of the tree and one audit record (`quota.create_tree`). Returns the quotas in the
+    order given.
+    """
+    _require_platform_admin(actor, "create quotas")
+    if not quotas:
+        return []
+    with transaction.atomic():
+        pool_id = _pool_or_default(pool).pk
+        tree = _Tree.locked(pool_id)
+        existing = {quota.name: quota for quota in tree.quotas.values()}
+        errors = _Errors()
+        # Provisional negative ids let the tree's own rules see the new quotas beside the old.
+        provisional: dict[str, Quota] = {}
+        new: list[Quota] = []
+        for number, spec in enumerate(quotas, start=1):
+            quota = Quota(
+                pk=-number,
+                pool_id=pool_id,
+                name=spec.name,
+                gpus=spec.gpus,
+                cpu=spec.cpu,
+                memory_gib=spec.memory_gib,
+                limit=spec.limit,
+                weight=spec.weight,
+                rank=spec.rank,
+                child_preemption=spec.child_preemption,
+                same_level_preemption=spec.same_level_preemption,
+                queue_policy=spec.queue_policy,
+                min_runtime_seconds=spec.min_runtime_seconds,
+            )
+            if spec.parent is not None:
+                parent = provisional.get(spec.parent) or existing.get(spec.parent)
+                if parent is not None:
+                    quota.parent_id = parent.pk
+                elif any(other.name == spec.parent for other in quotas[number:]):
+                    errors.add("parent", f"The parent of {spec.name}, {spec.parent}, must come before it.")
+                elif Quota.objects.filter(name=spec.parent).exists():
+                    errors.add("parent", f"The parent of {spec.name} is not a quota of pool {tree.pool.name}.")
+                else:
+                    errors.add("parent", f"There is no quota named {spec.parent!r}.")
+            if isinstance(spec.name, str):
+                if spec.name in provisional or spec.name in existing:
+                    errors.add("name", f"A quota named {spec.name!r} already exists; quota names are unique.")
+                else:
+                    provisional[spec.name] = quota
+            new.append(quota)
+        taken = set(
+            Quota.objects.filter(name__in=[name for name in provisional if name not in existing]).values_list(
+                "name", flat=True
+            )
+        )
+        for name in sorted(taken):  # in another pool
+            errors.add("name", f"A quota named {name!r} already exists; quota names are unique.")
+        for quota in new:
+            _check_row(quota, errors)
+        errors.raise_if_any()
+        for quota in new:
+            tree.quotas[quota.pk] = quota
+        for quota in new:
+            tree._check_place(quota, errors)
+        errors.raise_if_any()
+        parents_checked: set[int | None] = set()
+        for quota in new:
+            if quota.parent_id not in parents_checked:
+                parents_checked.add(quota.parent_id)
+                tree._check_room_under_parent(quota, new, errors)
+        errors.raise_if_any()
+
+        # One insert per level: a level's parents have their real ids by then.
+        real_id: dict[int, int] = {quota.pk: quota.pk for quota in existing.values()}
+        remaining = new
+        while remaining:
+            level = [quota for quota in remaining if quota.parent_id is None or quota.parent_id in real_id]
+            assert level, "validated parents always come first"
+            provisional_ids = [quota.pk for quota in level]
+            for quota in level:
+                quota.pk = None
+                if quota.parent_id is not None:
+                    quota.parent_id = real_id[quota.parent_id]
+            try:
+                with transaction.atomic():
+                    Quota.objects.bulk_create(level)
+            except IntegrityError:
+                raise ValidationError(
+                    {"name": "A quota of this tree already exists (created meanwhile); quota names are unique."}
+                ) from None
+            for old_id, quota in zip(provisional_ids, level, strict=True):
+                real_id[old_id] = quota.pk
+            remaining = [quota for quota in remaining if quota.pk < 0]  # not inserted yet
+        names = {quota.pk: quota.name for quota in [*existing.values(), *new]}
+        audit.record(
+            actor=actor,
+            action="quota.create_tree",
+            object_type="quota",
+            object_id=pool_id,
+            object_repr=f"{len(new)} quotas in pool {tree.pool.name}",
+            after={
+                "quotas": [
+                    {
+                        **{field: getattr(quota, field) for field in QUOTA_FIELDS if field != "parent"},
+                        "parent": names.get(quota.parent_id) if quota.parent_id is not None else None,
+                    }
+                    for quota in new
+                ]
+            },
+        )
+        _on_commit_send(
+            signals.quota_tree_changed, Quota, action="quota.create_tree", quota_ids=[quota.pk for quota in new]
+        )
+        return new
 
 
 @overload

@@ -751,6 +751,44 @@ class ScenarioRunner:
                 raise _scenario_error(f"node {spec.name!r}", error) from None
             assert isinstance(node, Node)
             self.nodes[spec.name] = node
+        # The whole tree in one service call (one lock, one validation, one insert per level);
+        # if it refuses, the quotas are created one by one instead, so that the refusal names the
+        # first quota that breaks a rule, exactly as before.
+        try:
+            with transaction.atomic():
+                created = quota_services.create_quota_tree(
+                    actor=self.actor,
+                    pool=pool,
+                    quotas=[
+                        quota_services.NewQuota(
+                            name=spec.name,
+                            parent=spec.parent,
+                            gpus=spec.gpus,
+                            **{
+                                name: getattr(spec, name)
+                                for name in SETTABLE_QUOTA_FIELDS
+                                if name != "gpus" and getattr(spec, name) is not None
+                            },
+                        )
+                        for spec in self.scenario.quotas
+                    ],
+                )
+        except (ValidationError, PermissionDenied):
+            self.create_quotas_one_by_one(pool)
+        else:
+            self.quotas.update({quota.name: quota for quota in created})
+        for workspace_spec in self.scenario.workspaces:
+            try:
+                self.workspaces[workspace_spec.name] = workspace_services.create_workspace(
+                    actor=self.actor,
+                    name=workspace_spec.name,
+                    description=workspace_spec.description,
+                    quotas=[self.quotas[name] for name in workspace_spec.quotas],
+                )
+            except (ValidationError, PermissionDenied) as error:
+                raise _scenario_error(f"workspace {workspace_spec.name!r}", error) from None
+
+    def create_quotas_one_by_one(self, pool: ResourcePool) -> None:
         for quota_spec in self.scenario.quotas:
             options = {
                 name: getattr(quota_spec, name)
@@ -770,16 +808,6 @@ class ScenarioRunner:
                 raise _scenario_error(f"quota {quota_spec.name!r}", error) from None
             assert isinstance(quota, Quota)
             self.quotas[quota_spec.name] = quota
-        for workspace_spec in self.scenario.workspaces:
-            try:
-                self.workspaces[workspace_spec.name] = workspace_services.create_workspace(
-                    actor=self.actor,
-                    name=workspace_spec.name,
-                    description=workspace_spec.description,
-                    quotas=[self.quotas[name] for name in workspace_spec.quotas],
-                )
-            except (ValidationError, PermissionDenied) as error:
-                raise _scenario_error(f"workspace {workspace_spec.name!r}", error) from None
 
     # -- steps --------------------------------------------------------------------------------
 
