@@ -380,6 +380,9 @@ class Session:
         heap = [(self._leaf_key(lf), lf) for lf in queues]
         heapq.heapify(heap)
         cursor = dict.fromkeys(queues, 0)
+        # priority of the first borrower passed over in each quota (0: none); a borrower stays one
+        # for the rest of the pass (allocations only grow), so the cursor may move past it
+        passed = dict.fromkeys(queues, 0)
         cluster = self.cluster
         fifo = self.tree.fifo
         replica_of = self.replica
@@ -389,11 +392,12 @@ class Session:
         borrower = self._borrower
         static_refusal = self._static_refusal
         while heap:
+            if entitled_only and cluster.free_total == 0:
+                return  # nothing left to place: the last pass gives the reasons
             _, lf = heapq.heappop(heap)
             queue = queues[lf]
-            # First pass: rescan from the start, since borrowers passed over stay in the queue.
-            position = 0 if entitled_only else cursor[lf]
-            passed_over = 0  # priority of the first borrower passed over (first pass); 0: none
+            position = cursor[lf]
+            passed_over = passed[lf]
             while position < len(queue):
                 i = queue[position]
                 position += 1
@@ -409,7 +413,7 @@ class Session:
                     if fifo[lf]:
                         break
                     if not passed_over:
-                        passed_over = job_priority
+                        passed_over = passed[lf] = job_priority
                     continue
                 tried.append(i)
                 placed = None

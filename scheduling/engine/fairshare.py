@@ -295,35 +295,42 @@ def _idle_rounds(
     within one GPU of its exact proportional share (the rounds, floored each time, drift).
     """
     weight = tree.weight
-    active = [(k, cap - share[k]) for k, cap in group if weight[k] > 0 and cap > share[k]]
+    # (room / weight, k, room, weight) of every child that still wants more
+    active = []
+    total_weight = 0.0
+    for k, cap in group:
+        w = weight[k]
+        room = cap - share[k]
+        if w > 0 and room > 0:
+            active.append((room / w, k, room, w))
+            total_weight += w
     if not active:
         return remaining
-    active.sort(key=lambda kr: kr[1] / weight[kr[0]])
+    active.sort()
     left = float(remaining)
-    total_weight = sum(weight[k] for k, _ in active)
-    ideal: dict[int, float] = {}
-    for position, (k, room) in enumerate(active):
+    ideal: list[tuple[int, float]] = []
+    for position, (_, k, room, w) in enumerate(active):
         level = left / total_weight
-        if room <= level * weight[k]:
-            ideal[k] = room
+        if room <= level * w:
+            ideal.append((k, room))
             left -= room
-            total_weight -= weight[k]
+            total_weight -= w
             continue
-        for j, _ in active[position:]:
-            ideal[j] = level * weight[j]
+        ideal.extend((j, level * wj) for _, j, _, wj in active[position:])
         break
     lost: list[tuple[float, int, int]] = []
-    rooms = dict(active)
-    for k, amount in ideal.items():
+    rooms: dict[int, int] = {}
+    created = tree.created
+    for (k, amount), (_, _, room, _) in zip(ideal, active, strict=False):
         if fractional[k]:
             got = int(amount)
         else:
             got = int(amount) // MILLI * MILLI
             if amount - got > 1e-6:
-                lost.append((-(amount - got), tree.created[k], k))
+                lost.append((-(amount - got), created[k], k))
         share[k] += got
         remaining -= got
-        rooms[k] -= got
+        rooms[k] = room - got
     # Whole GPUs lost to rounding go to the largest loss, the older quota on ties.
     lost.sort()
     while remaining >= MILLI and lost:
