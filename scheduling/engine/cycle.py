@@ -47,6 +47,7 @@ from scheduling.engine.types import (
     Decision,
     Evict,
     Grow,
+    Job,
     PendingReason,
     QuotaStatus,
     ReplicaPlacement,
@@ -100,7 +101,9 @@ class Session:
         n = len(jobs)
         leaf_of = tree.leaf_of
         self.leaf = [leaf_of.get(job.quota, -1) for job in jobs]
-        self.replica = [job_replica_milli(job) for job in jobs]
+        # one conversion per distinct GPU figure, not one call per job
+        milli_of = {g: job_replica_milli(Job("", "", g)) for g in {job.gpus for job in jobs}}
+        self.replica = [milli_of[job.gpus] for job in jobs]
         self.count = [
             job.min_replicas if job.min_replicas is not None and 0 < job.min_replicas < job.replicas else job.replicas
             for job in jobs
@@ -361,6 +364,13 @@ class Session:
         tree = self.tree
         within_share = [s if s > g else g for s, g in zip(self.share, tree.admit_guaranteed, strict=True)]
         self._smallest_failed = 1 << 60
+        # Jobs whose static refusal is None whatever the allocations (promised jobs excluded).
+        limited = self.limited
+        biggest = self.cluster.max_gpus * MILLI
+        self._easy = [
+            lf >= 0 and job.preemptible and not limited[lf] and not p and r <= biggest and need <= self.capacity
+            for job, lf, p, r, need in zip(self.jobs, self.leaf, self.promised, self.replica, self.needs, strict=True)
+        ]
         self._serve(tree.admit_guaranteed)
         self._serve(within_share)
         self._serve(None)
@@ -391,6 +401,7 @@ class Session:
         promised = self.promised
         borrower = self._borrower
         static_refusal = self._static_refusal
+        easy = self._easy
         while heap:
             if entitled_only and cluster.free_total == 0:
                 return  # nothing left to place: the last pass gives the reasons
@@ -406,9 +417,12 @@ class Session:
                 job_priority = jobs[i].priority
                 if passed_over and job_priority < passed_over and jobs[i].preemptible:
                     continue  # the job passed over would preempt it (non-preemptible jobs are safe)
-                refusal = static_refusal(i)
-                if refusal is None and promised[i]:
-                    refusal = _WAITING
+                if easy[i]:
+                    refusal = None  # preemptible, no limit or promise in its chain, not too big
+                else:
+                    refusal = static_refusal(i)
+                    if refusal is None and promised[i]:
+                        refusal = _WAITING
                 if refusal is None and bound is not None and borrower(i, bound):
                     if fifo[lf]:
                         break
