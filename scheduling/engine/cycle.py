@@ -1109,12 +1109,13 @@ class Session:
             lf: [m for m in queue if state[m] == PENDING] for lf, queue in self.queues.items()
         }
         rejoined: set[int] = set()
-        for m, job in enumerate(jobs):
-            if state[m] == PENDING and job.state != PENDING:
-                by_leaf.setdefault(self.leaf[m], []).append(m)
-                rejoined.add(self.leaf[m])
-        for m, lf in enumerate(self.leaf):
-            if lf < 0 and state[m] == PENDING:
+        for m, (now_state, job, lf) in enumerate(zip(state, jobs, self.leaf, strict=True)):
+            if now_state != PENDING:
+                continue
+            if job.state != PENDING:
+                by_leaf.setdefault(lf, []).append(m)
+                rejoined.add(lf)
+            elif lf < 0:
                 by_leaf.setdefault(lf, []).append(m)
         for lf in rejoined:
             by_leaf[lf].sort(key=lambda m: queue_key(jobs[m], m))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from scheduling.engine.fairshare import MILLI
 from scheduling.engine.types import Job
 
@@ -31,6 +33,7 @@ def saturation(allocated: int, fair_share: int) -> float:
     return 0.0 if allocated <= 0 else SATURATED
 
 
+@lru_cache(maxsize=4096)
 def gpus(milli: int) -> str:
     """GPU figure as a person writes it: 48, 0.5, 2.25."""
     if milli % MILLI == 0:
@@ -38,6 +41,7 @@ def gpus(milli: int) -> str:
     return f"{milli / MILLI:g}"
 
 
+@lru_cache(maxsize=4096)
 def gpu_count(milli: int) -> str:
     """ "1 GPU", "8 GPUs", "0.5 GPU"."""
     return f"{gpus(milli)} GPU" + ("s" if milli > MILLI else "")
