@@ -285,10 +285,18 @@ class _Commit:
                 self._shrink(decision)
         self._flush_evictions()
         self._load_occupancy()
+        # Moves first, each once the devices it goes to are free: the engine may list a move onto
+        # devices that a later move in the same result vacates (a chain of consolidations).
+        waiting = [d for d in result.decisions if isinstance(d, engine.Admit) and d.job_id in moves]
+        while waiting:
+            ready = [d for d in waiting if self._move_fits(d)]
+            for decision in ready or waiting:  # none fits: apply them in order, to log and skip
+                self._move(decision, result)
+            waiting = [d for d in waiting if d not in ready] if ready else []
         for decision in result.decisions:
             if isinstance(decision, engine.Admit):
                 if decision.job_id in moves:
-                    self._move(decision, result)
+                    continue
                 elif self._admit(decision):
                     admitted_now.add(decision.job_id)
             elif isinstance(decision, engine.Grow):
@@ -630,6 +638,20 @@ class _Commit:
             }
         )
         return True
+
+    def _move_fits(self, decision: engine.Admit) -> bool:
+        seen = self.index.jobs.get(decision.job_id)
+        placements = self._placements(decision.placements)
+        if seen is None or placements is None:
+            return True  # `_move` skips it
+        old = self.held.get(seen.pk, [])
+        self._occupy(seen.pk, old, sign=-1)
+        fits = self._conflict(placements) is None
+        for node_id, devices, fraction in old:  # put back without adding to `held` twice
+            share = fraction if fraction < 1 else 1.0
+            for device in devices:
+                self.used[(node_id, device)] += share
+        return fits
 
     def _move(self, decision: engine.Admit, result: engine.CycleResult) -> None:
         """Consolidation: a running job restarts elsewhere in the same commit."""
