@@ -60,6 +60,7 @@ MAX_VICTIM_SEARCHES = 64
 MAX_CANDIDATES_PER_SEARCH = 256
 MAX_CONSOLIDATIONS = 32
 MAX_MOVERS = 8
+MAX_TARGET_NODES = 8  # nodes tried as the target of one consolidation
 
 # Capacity-type failures are re-explained from the final state of the cycle.
 _CAPACITY_CODES = (NO_FIT, INSUFFICIENT_CAPACITY)
@@ -508,6 +509,151 @@ class Session:
         return by_node
 
     def _consolidate_for(self, i: int, count: int, by_node: dict[int, list[int]]) -> bool:
+        if count == 1 and self.replica[i] >= MILLI and self._consolidate_on_node(i, by_node):
+            return True
+        return self._consolidate_anywhere(i, count, by_node)
+
+    def _mover_key(self, m: int, own_leaf: int) -> tuple[int, int, tuple[int, float, float, int]]:
+        return (
+            self.replica[m] * len(self.placements[m]),
+            0 if self.leaf[m] == own_leaf else 1,
+            victim_key(self.jobs[m], m),
+        )
+
+    def _consolidate_on_node(self, i: int, by_node: dict[int, list[int]]) -> bool:
+        """Free one node for a single whole-GPU replica: move its smallest jobs elsewhere.
+
+        Nodes closest to holding the replica are tried first (at most MAX_TARGET_NODES); on each,
+        the fewest small movable jobs that leave enough whole devices free are moved, and every
+        one of them must be placed again at once.
+        """
+        cluster = self.cluster
+        devices_needed = self.replica[i] // MILLI
+        own_leaf = self.leaf[i]
+        whole = cluster.whole
+        # A node's cost: the GPUs of its smallest movable jobs that must leave for the replica to
+        # fit. Each mover needs a free block elsewhere, so bigger jobs than the largest block stay.
+        block = cluster.largest_block() * MILLI
+        room = cluster.free_total - self.replica[i]
+        replica = self.replica
+        touched = self.touched
+        state = self.state
+        ranked: list[tuple[int, int, int]] = []
+        for node, members in by_node.items():
+            if not cluster.ready[node] or cluster.gpus[node] < devices_needed:
+                continue
+            deficit = devices_needed - whole[node]
+            if deficit <= 0:
+                ranked.append((0, -whole[node], node))
+                continue
+            sizes = sorted(
+                replica[m] // MILLI
+                for m in members
+                if replica[m] >= MILLI and replica[m] <= block and not touched[m] and state[m] == RUNNING
+            )
+            cost = 0
+            for size in sizes:
+                if deficit <= 0 or cost + size * MILLI > room:
+                    break
+                cost += size * MILLI
+                deficit -= size
+            if deficit <= 0:
+                ranked.append((cost, -whole[node], node))
+        ranked.sort()
+        targets = [node for _, _, node in ranked[:MAX_TARGET_NODES]]
+        journal = self.journal
+        tried = 0
+        for node in targets:
+            if tried >= MAX_TARGET_NODES:
+                break
+            candidates = sorted(
+                (m for m in set(by_node[node]) if self._movable(m)), key=lambda m: self._mover_key(m, own_leaf)
+            )
+            if not candidates:
+                continue
+            tried += 1
+            mark = journal.checkpoint()
+            movers: list[int] = []
+            for m in candidates:
+                if whole[node] >= devices_needed or len(movers) >= MAX_MOVERS:
+                    break
+                movers.append(m)
+                job = self.jobs[m]
+                for pl in self.placements[m]:
+                    cluster.adjust(pl, +1, job.cpu, job.memory_gib)
+            if whole[node] < devices_needed or self._place_movers(i, 1, movers) is None:
+                journal.rollback(mark)
+                continue
+            return True
+        return False
+
+    def _place_movers(self, i: int, count: int, movers: list[int]) -> list[Placement] | None:
+        """Place the beneficiary, then every mover again, and commit; None (nothing kept) if not."""
+        journal = self.journal
+        inner = journal.checkpoint()
+        placed = self._place_gang(i, count)
+        if placed is None:
+            return None
+        moved: list[tuple[int, list[Placement]]] = []
+        for mover in sorted(movers, key=lambda x: (-self.replica[x] * len(self.placements[x]), x)):
+            new = self._place_gang(mover, len(self.placements[mover]))
+            if new is None:
+                journal.rollback(inner)
+                return None
+            if sorted(new) != sorted(self.placements[mover]):
+                moved.append((mover, new))
+        ordered = self._apply_order(moved)
+        if ordered is None:
+            journal.rollback(inner)
+            return None
+        beneficiary = self.jobs[i].id
+        reason = (
+            f"moved so that {beneficiary} can start: the {gpu_count(self.needs[i])} it needs are free "
+            "but fragmented across nodes"
+        )
+        for mover, new in ordered:
+            self._set(self.touched, mover, True)
+            self._decide(Evict(self.jobs[mover].id, CONSOLIDATION, beneficiary, reason))
+            self._set(self.placements, mover, tuple(new))
+            self._decide(("move", mover))
+        self._admit(i, placed)
+        return placed
+
+    def _apply_order(self, moved: list[tuple[int, list[Placement]]]) -> list[tuple[int, list[Placement]]] | None:
+        """Moves in an order where each one's target devices are free when it is applied.
+
+        A move that lands on devices another mover leaves comes after that mover (topological
+        order, ties in the order given). A cycle of moves (a swap) gives None: the decision is
+        dropped rather than listed in an order that cannot be applied.
+        """
+        if len(moved) < 2:
+            return moved
+        leaves: dict[tuple[int, int], list[int]] = {}
+        for k, (mover, _) in enumerate(moved):
+            for node, devices, _milli in self.placements[mover]:
+                for d in devices:
+                    leaves.setdefault((node, d), []).append(k)
+        after: list[set[int]] = [set() for _ in moved]
+        for k, (_, new) in enumerate(moved):
+            for node, devices, _milli in new:
+                for d in devices:
+                    for j in leaves.get((node, d), ()):
+                        if j != k:
+                            after[k].add(j)
+        ordered: list[tuple[int, list[Placement]]] = []
+        done = [False] * len(moved)
+        while len(ordered) < len(moved):
+            progress = False
+            for k, entry in enumerate(moved):
+                if not done[k] and all(done[j] for j in after[k]):
+                    done[k] = True
+                    ordered.append(entry)
+                    progress = True
+            if not progress:
+                return None
+        return ordered
+
+    def _consolidate_anywhere(self, i: int, count: int, by_node: dict[int, list[int]]) -> bool:
         cluster = self.cluster
         own_leaf = self.leaf[i]
         # Jobs on the nodes closest to holding a replica first; small jobs, the beneficiary's
@@ -522,12 +668,7 @@ class Session:
                 if m in seen or not self._movable(m):
                     continue
                 seen.add(m)
-                key = (
-                    -cluster.whole[node],
-                    self.replica[m] * len(self.placements[m]),
-                    0 if self.leaf[m] == own_leaf else 1,
-                    victim_key(self.jobs[m], m),
-                )
+                key = (-cluster.whole[node], *self._mover_key(m, own_leaf))
                 candidates.append((key, m))
         candidates.sort()
         journal = self.journal
@@ -540,35 +681,8 @@ class Session:
             job = self.jobs[m]
             for pl in self.placements[m]:
                 cluster.adjust(pl, +1, job.cpu, job.memory_gib)
-            inner = journal.checkpoint()
-            placed = self._place_gang(i, count)
-            if placed is None:
-                continue
-            moved: list[tuple[int, list[Placement]]] = []
-            ok = True
-            for mover in sorted(movers, key=lambda x: (-self.replica[x] * len(self.placements[x]), x)):
-                new = self._place_gang(mover, len(self.placements[mover]))
-                if new is None:
-                    ok = False
-                    break
-                moved.append((mover, new))
-            if not ok:
-                journal.rollback(inner)
-                continue
-            beneficiary = self.jobs[i].id
-            for mover, new in moved:
-                if sorted(new) == sorted(self.placements[mover]):
-                    continue
-                self._set(self.touched, mover, True)
-                reason = (
-                    f"moved so that {beneficiary} can start: the {gpu_count(self.needs[i])} it needs are free "
-                    "but fragmented across nodes"
-                )
-                self._decide(Evict(self.jobs[mover].id, CONSOLIDATION, beneficiary, reason))
-                self._set(self.placements, mover, tuple(new))
-                self._decide(("move", mover))
-            self._admit(i, placed)
-            return True
+            if self._place_movers(i, count, movers) is not None:
+                return True
         journal.rollback(mark)
         return False
 
