@@ -142,9 +142,7 @@ def act_on(outcome: CycleOutcome) -> int:
     executor = get_executor()
     if outcome.admitted_ids or outcome.evicted_ids:
         jobs = {job.pk: job for job in Job.objects.filter(pk__in=[*outcome.admitted_ids, *outcome.evicted_ids])}
-        for job_id in outcome.admitted_ids:
-            if job_id in jobs:
-                executor.on_admitted(jobs[job_id])
+        executor.on_admitted_many([jobs[job_id] for job_id in outcome.admitted_ids if job_id in jobs])
         for job_id in outcome.evicted_ids:
             if job_id in jobs:
                 executor.on_evicted(jobs[job_id])
