@@ -33,7 +33,12 @@ def add_event(
 
 
 def released_values(*, requeue: bool, now: datetime, message: str = "") -> dict[str, object]:
-    """The fields a released job ends with (besides revision and preemptions going up by one)."""
+    """The fields a released job ends with (besides revision and preemptions going up by one).
+
+    `beneficiary` is kept: a requeued victim still names the job it was evicted for, and the
+    engine lets that job start first (no second eviction for it). The engine ignores the link once
+    the beneficiary is no longer pending.
+    """
     return {
         "state": JobState.PENDING if requeue else JobState.FAILED,
         "allocated_gpus": 0,
@@ -41,7 +46,6 @@ def released_values(*, requeue: bool, now: datetime, message: str = "") -> dict[
         "started_at": None,
         "evicted_at": None,
         "release_at": None,
-        "beneficiary": None,
         "position": None,
         "finished_at": None if requeue else now,
         "reason_code": "" if requeue else PREEMPTED,

@@ -160,6 +160,16 @@ class Session:
             if leaf[i] >= 0:
                 alloc[leaf[i]] += replica[i] * len(self.held[i])
         self.waiting_for = waiting_for
+        # A pending job evicted for a job that is still pending (its victims have released) waits
+        # while that job starts: the promise outlives the release, so the freed GPUs go to the
+        # beneficiary first and the victim is not evicted for it again (no ping-pong).
+        self.evicted_for: dict[int, int] = {}
+        for i, job in enumerate(jobs):
+            if job.state == PENDING and job.beneficiary is not None:
+                target = self.index_of.get(job.beneficiary, -1)
+                if target >= 0 and target != i and jobs[target].state == PENDING:
+                    self.evicted_for[i] = target
+        self.owed = sorted(set(self.evicted_for.values()))
         for target in waiting_for:
             self.promised[target] = True
             if leaf[target] >= 0:
@@ -358,6 +368,15 @@ class Session:
                 placed = self._place_promised(i)
                 if placed is not None:
                     self._admit(i, placed)
+        # Then beneficiaries whose victims have released and are back in the queue.
+        for i in self.owed:
+            if self.state[i] == PENDING and not promised[i] and self._static_refusal(i) is None:
+                placed = self._place_gang(i, self.count[i])
+                if placed is not None:
+                    self._admit(i, placed)
+        for i, owed in self.evicted_for.items():
+            if self.state[owed] == PENDING and self.state[i] == PENDING:
+                self.reasons[i] = (QUEUE_BLOCKED, (self.jobs[owed].id, "evicted"))
         # Entitled jobs (within fair share or guarantee at every level with the job admitted)
         # come before borrowers, so that nothing is admitted that the next cycle reclaims.
         # Three passes: jobs within guarantee at every level (the guarantee rule would reclaim
@@ -1299,6 +1318,8 @@ class Session:
                 f"non-preemptible jobs must fit in guaranteed quota of {name}: "
                 f"{gpus(allocated)} + {gpus(asked)} > {gpus(guaranteed)}"
             )
+        if code == QUEUE_BLOCKED and len(args) == 2:
+            return f"waits while {args[0]}, which it was evicted for, starts"
         if code == QUEUE_BLOCKED:
             return f"{job.quota} is a fifo queue: waits behind {args[0]}, which does not fit yet"
         if code == WAITING_FOR_EVICTION:

@@ -62,6 +62,12 @@ def apply(snapshot: Snapshot, result: CycleResult, now: float | None = None) -> 
         elif isinstance(decision, Grow):
             job = jobs[decision.job_id]
             jobs[job.id] = replace(job, placements=job.placements + decision.add)
+    # A released victim keeps its beneficiary (the promise) until that job runs or is gone.
+    for job in list(jobs.values()):
+        if job.state == PENDING and job.beneficiary is not None:
+            target = jobs.get(job.beneficiary)
+            if target is None or target.state != PENDING:
+                jobs[job.id] = replace(job, beneficiary=None)
     return release_expired(replace(snapshot, jobs=tuple(jobs.values()), now=when), when)
 
 
@@ -78,4 +84,5 @@ def converge(snapshot: Snapshot, max_cycles: int = 50) -> tuple[Snapshot, list[C
 
 
 def _requeued(job: Job) -> Job:
-    return replace(job, state=PENDING, placements=(), started_at=None, beneficiary=None, evicted_at=None)
+    """Back in the queue; a victim keeps `beneficiary`, the job it was evicted for."""
+    return replace(job, state=PENDING, placements=(), started_at=None, evicted_at=None)

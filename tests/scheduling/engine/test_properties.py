@@ -329,13 +329,8 @@ def test_idle_capacity_divides_by_weight_within_one_gpu(
 def graced(draw: st.DrawFn) -> tuple[Snapshot, tuple[Job, ...], tuple[float, ...]]:
     """Random cases whose preemptible jobs have grace periods, and a clock step after each submit."""
     base, jobs = draw(snapshots())
-    # Same-level and child-level preemption are left out: once the victims are back in the
-    # queue, a job that does not rank first by saturation or queue order may take what was freed,
-    # and the engine has no memory of the promise (docs/scheduling.md, grace periods).
-    base = replace(
-        base,
-        quotas=tuple(replace(q, same_level_preemption=False, child_preemption=False) for q in base.quotas),
-    )
+    # Same-level and child-level preemption included: a released victim keeps its beneficiary,
+    # which goes first, so what was freed is not taken by another job (docs/scheduling.md).
     graces = [draw(st.sampled_from([0.0, 10.0, 30.0])) for _ in jobs]
     steps = tuple(draw(st.sampled_from([0.0, 5.0, 10.0, 40.0])) for _ in jobs)
     with_grace = tuple(replace(job, grace_seconds=g) for job, g in zip(jobs, graces, strict=True))

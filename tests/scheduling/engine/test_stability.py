@@ -134,3 +134,30 @@ def test_snapshot_with_beneficiary_pending_and_victim_gone_prefers_beneficiary()
         snapshot = Snapshot(s.snapshot.nodes, s.snapshot.quotas, tuple(jobs[k] for k in order), 100.0)
         result = schedule(snapshot)
         assert [(type(d).__name__, d.job_id) for d in result.decisions] == [("Admit", "serve")]
+
+
+def test_released_victim_waits_while_its_beneficiary_starts() -> None:
+    """A requeued victim keeps `beneficiary`: the freed GPUs go to that job, not back to it."""
+    from dataclasses import replace
+
+    from scheduling.engine import Admit, Job, Node, Quota, ReplicaPlacement, Snapshot, schedule
+
+    node = (Node("n1", 4),)
+    team = (Quota("team", None, 4, same_level_preemption=True),)
+    victim = Job("v", "team", 4, priority=5, submitted_at=1.0, beneficiary="b")
+    beneficiary = Job("b", "team", 4, priority=3, submitted_at=2.0)
+    result = schedule(Snapshot(node, team, (victim, beneficiary), now=100.0))
+    assert [d.job_id for d in result.decisions if isinstance(d, Admit)] == ["b"]  # b goes first
+    # while b cannot start (2 GPUs still held), v does not take the 2 that are free
+    holder = Job(
+        "x", "team", 2, preemptible=False, state="running", started_at=0.0, placements=(ReplicaPlacement("n1", (0, 1)),)
+    )
+    small = replace(victim, gpus=2)
+    result = schedule(Snapshot(node, team, (holder, small, beneficiary), now=100.0))
+    assert not result.decisions
+    reason = result.pending["v"]
+    assert reason.code == "queue_blocked"
+    assert reason.message == "waits while b, which it was evicted for, starts"
+    # once the beneficiary runs (or is gone), the link is ignored
+    result = schedule(Snapshot(node, team, (victim,), now=100.0))
+    assert [d.job_id for d in result.decisions if isinstance(d, Admit)] == ["v"]
