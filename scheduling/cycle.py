@@ -430,6 +430,15 @@ class _Commit:
             raise RuntimeError(f"admitted {written} of {len(self.admit_rows)} checked jobs; cycle rolled back")
         ReplicaPlacementRecord.objects.bulk_create(self.new_placements, batch_size=_BATCH)
         JobEvent.objects.bulk_create(self.new_events, batch_size=_BATCH)
+        # A requeued victim names the job it was evicted for until that job starts, so that no one
+        # else takes the freed GPUs (SCHEDULING.md §5, no ping-pong); once it starts, the promise is
+        # kept and the victims queue like everyone else. The link is not part of a revision: only
+        # the engine reads it.
+        admitted = [job_pk for job_pk, *_rest in self.admit_rows]
+        for start in range(0, len(admitted), _BATCH):
+            Job.objects.filter(state=JobState.PENDING, beneficiary_id__in=admitted[start : start + _BATCH]).update(
+                beneficiary=None
+            )
 
     def _occupy(self, job_pk: int, placements: list[Placement], *, sign: int) -> None:
         for node_id, devices, fraction in placements:

@@ -162,6 +162,13 @@ def test_reclaim_with_a_grace_period_releases_after_it_and_requeues() -> None:
         assert (borrower.state, borrower.preemptions, borrower.allocated_gpus) == (JobState.PENDING, 1, 0)
         assert kinds(borrower)[-2:] == ["evicted", "requeued"]
         assert not ReplicaPlacementRecord.objects.filter(job=borrower).exists()
+        assert borrower.beneficiary_id == cluster.jobs["owner"].pk  # the promise outlives the release
+
+        services.converge()
+        assert cluster.state("owner") == JobState.RUNNING  # the GPUs went to the job they were freed for
+        borrower = cluster.job("borrower")
+        assert (borrower.state, borrower.beneficiary_id, borrower.preemptions) == (JobState.PENDING, None, 1)
+        assert not services.run_cycle(trigger="test").decisions  # converged: no ping-pong
 
 
 def test_without_a_grace_period_the_victim_is_released_in_the_same_commit(cluster: Cluster) -> None:
