@@ -83,4 +83,9 @@ def browser_page() -> Iterator[Page]:
         try:
             yield page
         finally:
+            # Queries made while Playwright's loop runs get connections of that context; close
+            # them here, or they keep the test database from being dropped.
+            from django.db import connections
+
+            connections.close_all()
             browser.close()
