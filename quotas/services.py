@@ -1018,6 +1018,29 @@ def _still_referred(name: str, protected: ProtectedError) -> str:
     return f"{name} is still referred to by {held}."
 
 
+def _delete_audited(*, actor: Actor, row: Quota | Node, field: str, before: dict[str, Any]) -> int:
+    """Delete a quota or node whose guards passed, and audit it (`<field>.delete`); returns its id.
+
+    A PROTECT reference nobody guarded (a finished job's history, say) is the last line of
+    defence: it becomes a ValidationError on `field` naming what still refers to the row.
+    """
+    row_id: int = row.pk
+    try:
+        with transaction.atomic():
+            row.delete()
+    except ProtectedError as protected:
+        raise ValidationError({field: _still_referred(before["name"], protected)}) from None
+    audit.record(
+        actor=actor,
+        action=f"{field}.delete",
+        object_type=field,
+        object_id=row_id,
+        object_repr=before["name"],
+        before=before,
+    )
+    return row_id
+
+
 @overload
 def delete_quota(*, actor: Actor, quota: Quota, dry_run: Literal[False] = ...) -> None: ...
 @overload
@@ -1035,21 +1058,7 @@ def delete_quota(*, actor: Actor, quota: Quota, dry_run: bool = False) -> DryRun
             reasons = _quota_holders(current)
             if reasons:
                 raise ValidationError({"quota": reasons})
-            before = quota_snapshot(current, tree)
-            quota_id = current.pk
-            try:
-                with transaction.atomic():
-                    current.delete()
-            except ProtectedError as protected:
-                raise ValidationError({"quota": _still_referred(before["name"], protected)}) from None
-            audit.record(
-                actor=actor,
-                action="quota.delete",
-                object_type="quota",
-                object_id=quota_id,
-                object_repr=before["name"],
-                before=before,
-            )
+            quota_id = _delete_audited(actor=actor, row=current, field="quota", before=quota_snapshot(current, tree))
             _on_commit_send(signals.quota_tree_changed, Quota, action="quota.delete", quota_ids=[quota_id])
 
     if dry_run:
@@ -1314,21 +1323,7 @@ def delete_node(*, actor: Actor, node: Node, dry_run: bool = False) -> DryRunRes
             capacity = _capacity_after(tree, node_snapshot(current), None)
             tree.check_capacity(capacity, errors, {}, f"Removing {current.name}")
             errors.raise_if_any()
-            before = node_snapshot(current)
-            node_id = current.pk
-            try:
-                with transaction.atomic():
-                    current.delete()
-            except ProtectedError as protected:
-                raise ValidationError({"node": _still_referred(before["name"], protected)}) from None
-            audit.record(
-                actor=actor,
-                action="node.delete",
-                object_type="node",
-                object_id=node_id,
-                object_repr=before["name"],
-                before=before,
-            )
+            node_id = _delete_audited(actor=actor, row=current, field="node", before=node_snapshot(current))
             _on_commit_send(signals.inventory_changed, Node, action="node.delete", node_ids=[node_id])
 
     if dry_run:
