@@ -61,9 +61,9 @@ class DryRunResult(TypedDict):
     preview: DryRunPreview | None
 
 
-class QuotaChanges(TypedDict, total=False):
-    name: str
-    parent: Quota | str | None
+class QuotaSettings(TypedDict, total=False):
+    """A quota's guarantees, limit and switches; what is left out keeps the model's default."""
+
     gpus: float
     cpu: float | None
     memory_gib: float | None
@@ -74,6 +74,11 @@ class QuotaChanges(TypedDict, total=False):
     same_level_preemption: bool
     queue_policy: str
     min_runtime_seconds: int | None
+
+
+class QuotaChanges(QuotaSettings, total=False):
+    name: str
+    parent: Quota | str | None
 
 
 class NodeChanges(TypedDict, total=False):
@@ -473,18 +478,9 @@ def create_quota(
     actor: Actor,
     name: str,
     parent: Quota | str | None = ...,
-    gpus: float = ...,
-    cpu: float | None = ...,
-    memory_gib: float | None = ...,
-    limit: float | None = ...,
-    weight: float | None = ...,
-    rank: int = ...,
-    child_preemption: bool = ...,
-    same_level_preemption: bool = ...,
-    queue_policy: str = ...,
-    min_runtime_seconds: int | None = ...,
     pool: ResourcePool | None = ...,
     dry_run: Literal[False] = ...,
+    **settings: Unpack[QuotaSettings],
 ) -> Quota: ...
 @overload
 def create_quota(
@@ -492,18 +488,9 @@ def create_quota(
     actor: Actor,
     name: str,
     parent: Quota | str | None = ...,
-    gpus: float = ...,
-    cpu: float | None = ...,
-    memory_gib: float | None = ...,
-    limit: float | None = ...,
-    weight: float | None = ...,
-    rank: int = ...,
-    child_preemption: bool = ...,
-    same_level_preemption: bool = ...,
-    queue_policy: str = ...,
-    min_runtime_seconds: int | None = ...,
     pool: ResourcePool | None = ...,
     dry_run: Literal[True],
+    **settings: Unpack[QuotaSettings],
 ) -> DryRunResult: ...
 @overload
 def create_quota(
@@ -511,36 +498,18 @@ def create_quota(
     actor: Actor,
     name: str,
     parent: Quota | str | None = ...,
-    gpus: float = ...,
-    cpu: float | None = ...,
-    memory_gib: float | None = ...,
-    limit: float | None = ...,
-    weight: float | None = ...,
-    rank: int = ...,
-    child_preemption: bool = ...,
-    same_level_preemption: bool = ...,
-    queue_policy: str = ...,
-    min_runtime_seconds: int | None = ...,
     pool: ResourcePool | None = ...,
     dry_run: bool,
+    **settings: Unpack[QuotaSettings],
 ) -> Quota | DryRunResult: ...
 def create_quota(
     *,
     actor: Actor,
     name: str,
     parent: Quota | str | None = None,
-    gpus: float = 0,
-    cpu: float | None = None,
-    memory_gib: float | None = None,
-    limit: float | None = None,
-    weight: float | None = None,
-    rank: int = 0,
-    child_preemption: bool = False,
-    same_level_preemption: bool = False,
-    queue_policy: str = QueuePolicy.BEST_EFFORT,
-    min_runtime_seconds: int | None = None,
     pool: ResourcePool | None = None,
     dry_run: bool = False,
+    **settings: Unpack[QuotaSettings],
 ) -> Quota | DryRunResult:
     """A root (no parent: in `pool`, the default pool when None) or a child of `parent` (a quota or its name)."""
     _require_platform_admin(actor, "create quotas")
@@ -554,16 +523,7 @@ def create_quota(
                 pool_id=pool_id,
                 name=name,
                 parent=tree.get(parent_quota) if parent_quota is not None else None,
-                gpus=gpus,
-                cpu=cpu,
-                memory_gib=memory_gib,
-                limit=limit,
-                weight=weight,
-                rank=rank,
-                child_preemption=child_preemption,
-                same_level_preemption=same_level_preemption,
-                queue_policy=queue_policy,
-                min_runtime_seconds=min_runtime_seconds,
+                **settings,
             )
             errors = _Errors()
             _check_name_free(name, quota_id=None, errors=errors)
