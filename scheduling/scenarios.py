@@ -59,19 +59,8 @@ STEP_ACTIONS: Final = (
     "advance",
     "checkpoint",
 )
-# Quota fields a `set` step may change (the quota service's update fields).
-SETTABLE_QUOTA_FIELDS: Final = (
-    "gpus",
-    "cpu",
-    "memory_gib",
-    "limit",
-    "weight",
-    "rank",
-    "child_preemption",
-    "same_level_preemption",
-    "queue_policy",
-    "min_runtime_seconds",
-)
+# Quota fields a scenario may set: exactly the quota service's settings.
+SETTABLE_QUOTA_FIELDS: Final = tuple(quota_services.QuotaSettings.__annotations__)
 
 
 class ScenarioError(Exception):
