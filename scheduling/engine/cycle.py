@@ -56,7 +56,12 @@ from scheduling.engine.types import (
 )
 
 # Bounds that keep a cycle fast on large pools; what they leave undone is retried next cycle.
+# Victim searches are bounded apart: those that found victims (each one a decision, and what
+# makes a cycle slow) by count, those that found none by the candidates they examined. The
+# same searches fail again each cycle, so a count shared by both let a head of hopeless
+# searches starve every job behind it, and the queue looked settled while jobs could reclaim.
 MAX_VICTIM_SEARCHES = 64
+MAX_FAILED_CANDIDATES = 64 * 256  # candidates examined by searches that found nothing
 MAX_CANDIDATES_PER_SEARCH = 256
 MAX_CONSOLIDATIONS = 32
 MAX_MOVERS = 8
@@ -175,6 +180,8 @@ class Session:
             if leaf[target] >= 0:
                 alloc[leaf[target]] += self.needs[target]
         self.alloc = subtree_requests(tree, alloc)
+        # Counts changes to `alloc`; a failed victim search puts it back with the state.
+        self.alloc_generation = 0
         self.request = subtree_requests(tree, leaf_request)
         self.capacity = _ready_milli(snapshot)
         self.share = divide(tree, self.request, self.capacity, fractional_nodes(tree, jobs))
@@ -254,12 +261,14 @@ class Session:
         alloc = self.alloc
         for node in self.tree.chain[lf]:
             alloc[node] += amount
+        self.alloc_generation += 1
         self.journal.record(self._undo_alloc, lf, amount)
 
     def _undo_alloc(self, lf: int, amount: int) -> None:
         alloc = self.alloc
         for node in self.tree.chain[lf]:
             alloc[node] -= amount
+        self.alloc_generation += 1
 
     def _set(self, array: list[Any], i: int, value: Any) -> None:
         self.journal.record(array.__setitem__, i, array[i])
@@ -709,8 +718,16 @@ class Session:
     def reclaim_and_preempt(self) -> None:
         tree = self.tree
         self.candidates_by_leaf: dict[int, list[int]] = {}
+        # Jobs placed or moved earlier in this cycle (touched) and jobs within their min runtime
+        # stay out for the whole cycle: leaving them in made every search walk past them.
         for m, job in enumerate(self.jobs):
-            if self.state[m] == RUNNING and job.preemptible and self.leaf[m] >= 0:
+            if (
+                self.state[m] == RUNNING
+                and job.preemptible
+                and self.leaf[m] >= 0
+                and not self.touched[m]
+                and not self.protected(m)
+            ):
                 self.candidates_by_leaf.setdefault(self.leaf[m], []).append(m)
         for members in self.candidates_by_leaf.values():
             members.sort(key=lambda m: victim_key(self.jobs[m], m))
@@ -726,11 +743,14 @@ class Session:
         ]
         if not self.candidates_by_leaf:
             return
-        searches = 0
+        self.ranked: dict[tuple[int, int], list[tuple[float, int, int]]] = {}
+        self.ranked_generation = -1
+        found = 0
+        missed_candidates = 0
         failed: dict[int, list[tuple[int, int, int]]] = {}
         blocked_fifo: set[int] = set()
         for i in self.tried:
-            if searches >= MAX_VICTIM_SEARCHES:
+            if found >= MAX_VICTIM_SEARCHES or missed_candidates >= MAX_FAILED_CANDIDATES:
                 break
             if self.state[i] != PENDING or self.promised[i]:
                 continue
@@ -748,11 +768,13 @@ class Session:
                 continue
             if not self._may_search(i):
                 continue
-            searches += 1
-            if self._search(i):
+            success, examined = self._search(i)
+            if success:
+                found += 1
                 if self.state[i] == RUNNING:
                     self.reasons.pop(i, None)
             else:
+                missed_candidates += max(1, examined)
                 failed.setdefault(lf, []).append(signature)
 
     def _may_search(self, i: int) -> bool:
@@ -770,8 +792,9 @@ class Session:
             return True
         return tree.same_level[quota]
 
-    def _regions(self, i: int) -> tuple[list[int], int]:
-        """Leaves reclaim may take from, and the highest chain index where Q is entitled."""
+    def _regions(self, i: int) -> tuple[tuple[int, int], int]:
+        """Where reclaim may take from, as a slice of `candidate_leaves` (job i's own leaf is in
+        it and skipped by `_stream`), and the highest chain index where Q is entitled."""
         tree = self.tree
         lf = self.leaf[i]
         chain = tree.chain[lf]
@@ -785,16 +808,33 @@ class Session:
                 break
             top = level
         if top < 0:
-            return [], top
+            return (0, 0), top
         if top + 1 < len(chain):
             root = chain[top + 1]
             lo, hi = root, self.end[root]
         else:
             lo, hi = 0, len(tree)
         leaves = self.candidate_leaves
-        start = bisect_left(leaves, lo)
-        stop = bisect_left(leaves, hi)
-        return [v for v in leaves[start:stop] if v != lf], top
+        return (bisect_left(leaves, lo), bisect_left(leaves, hi)), top
+
+    def _ranked(self, region: tuple[int, int]) -> list[tuple[float, int, int]]:
+        """The region's leaves as a heap, the one furthest above its fair share on top.
+
+        Built once per region and allocation state, and copied for each search: searches that
+        find nothing roll back to the same state, and a cycle may run hundreds of them over the
+        same thousand leaves.
+        """
+        if self.ranked_generation != self.alloc_generation:
+            self.ranked.clear()
+            self.ranked_generation = self.alloc_generation
+        heap = self.ranked.get(region)
+        if heap is None:
+            alloc, share, created = self.alloc, self.share, self.tree.created
+            start, stop = region
+            heap = [(-(alloc[v] - share[v]), created[v], v) for v in self.candidate_leaves[start:stop]]
+            heapq.heapify(heap)
+            self.ranked[region] = heap
+        return heap.copy()
 
     def _branches(self, qleaf: int, vleaf: int) -> tuple[int, int]:
         """(position in Q's chain of Q's branch, V's branch) just below their LCA."""
@@ -872,12 +912,18 @@ class Session:
                     break
         return None
 
-    def _stream(self, i: int, region: list[int]) -> Iterator[tuple[Unit, str | None]]:
+    def _stream(self, i: int, region: tuple[int, int]) -> Iterator[tuple[Unit, str | None]]:
         """Victim units in order of preference: elastic replicas, then whole jobs by rule."""
         tree = self.tree
         job = self.jobs[i]
         qleaf = self.leaf[i]
-        over = {v: self.alloc[v] - self.share[v] for v in region}
+        start, stop = region
+        leaves = self.candidate_leaves
+        lo, hi = (leaves[start], leaves[stop - 1]) if stop > start else (0, -1)
+
+        def over(v: int) -> float:
+            return self.alloc[v] - self.share[v] if lo <= v <= hi and v != qleaf else 0
+
         shrinkable: list[tuple[tuple[Any, ...], int]] = []
         for m in self.elastic:
             if self.touched[m] or self.protected(m):
@@ -886,7 +932,7 @@ class Session:
             if rule is None:
                 continue
             vleaf = self.leaf[m]
-            key = (RULE_ORDER[rule[0]], -over.get(vleaf, 0), victim_key(self.jobs[m], m))
+            key = (RULE_ORDER[rule[0]], -over(vleaf), victim_key(self.jobs[m], m))
             shrinkable.append((key, m))
         shrinkable.sort()
         for _, m in shrinkable:
@@ -897,13 +943,14 @@ class Session:
                 if len(self.placements[m]) == before:
                     break
         # Reclaim: the quota furthest above its fair share first, re-ranked after each victim.
-        cursor = dict.fromkeys(region, 0)
-        heap = [(-over[v], tree.created[v], v) for v in region]
-        heapq.heapify(heap)
+        cursor: dict[int, int] = {}
+        heap = self._ranked(region)
         while heap:
             _, created, v = heapq.heappop(heap)
+            if v == qleaf:
+                continue
             members = self.candidates_by_leaf[v]
-            position = cursor[v]
+            position = cursor.get(v, 0)
             while position < len(members):
                 m = members[position]
                 position += 1
@@ -1005,9 +1052,11 @@ class Session:
             return None
         return self._place_gang(i, self.count[i])
 
-    def _search(self, i: int) -> bool:
+    def _search(self, i: int) -> tuple[bool, int]:
+        """Whether victims were found (and committed) for job i, and how many candidates it examined."""
         journal = self.journal
         mark = journal.checkpoint()
+        generation = self.alloc_generation
         region, _ = self._regions(i)
         taken: list[tuple[Unit, tuple[str, int, str]]] = []
         examined = 0
@@ -1032,7 +1081,8 @@ class Session:
                 break
         if placed is None:
             journal.rollback(mark)
-            return False
+            self.alloc_generation = generation  # the very state the search began from
+            return False, examined
         # Fewest GPUs: give back every victim the job can do without, latest taken first.
         kept: list[tuple[Unit, tuple[str, int, str]]] = []
         for position in range(len(taken) - 1, -1, -1):
@@ -1052,9 +1102,9 @@ class Session:
         placed = self._fits(i, kept)
         if placed is None:  # cannot happen: the full set fitted; keep the snapshot safe
             journal.rollback(mark)
-            return False
+            return False, examined
         self._commit_victims(i, kept, placed)
-        return True
+        return True, examined
 
     def _original_placements(self, m: int, unit: Unit) -> tuple[Placement, ...]:
         if unit[1] is not None:
