@@ -20,17 +20,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from quotas.models import Node
-from scheduling import engine, events
+from scheduling import bulk, engine, events
 from scheduling.clock import get_clock
 from scheduling.engine import types as engine_types
 from scheduling.lifecycle import add_event, released_event, released_values
 from scheduling.lock import CycleLease, CycleLock, get_cycle_lock
 from scheduling.models import (
-    HOLDING_STATES,
     CycleRecord,
     Job,
     JobEvent,
@@ -39,7 +37,7 @@ from scheduling.models import (
     ReplicaPlacementRecord,
     SchedulerFence,
 )
-from scheduling.selectors import JobSeen, SnapshotIndex, build_snapshot
+from scheduling.selectors import JobSeen, SnapshotIndex, build_snapshot, held_devices
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +47,9 @@ _EPSILON = 1e-9
 _BATCH = 1000
 
 Placement = tuple[int, tuple[int, ...], float]  # node id, devices, fraction
+
+_PLACEMENT_COLUMNS = ("job_id", "node_id", "devices", "fraction")
+_EVENT_COLUMNS = ("job_id", "kind", "at", "rule", "beneficiary_id", "message")
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,8 +261,9 @@ class _Commit:
         self.admit_rows: list[tuple[int, int, float, int]] = []
         self.releasing_rows: list[tuple[int, int, datetime, int | None]] = []
         self.released_rows: list[tuple[Any, ...]] = []
-        self.new_placements: list[ReplicaPlacementRecord] = []
-        self.new_events: list[JobEvent] = []
+        # Rows for bulk.insert, in the order of _PLACEMENT_COLUMNS and _EVENT_COLUMNS.
+        self.new_placements: list[tuple[int, int, list[int], float]] = []
+        self.new_events: list[tuple[int, str, datetime, str, int | None, str]] = []
 
     # --- the whole result --------------------------------------------------------------------
 
@@ -333,14 +335,16 @@ class _Commit:
 
     def _load_occupancy(self) -> None:
         """The devices as this transaction sees them, after this cycle's own evictions and shrinks."""
-        for node in Node.objects.values("id", "gpus", "state"):
-            self.node_gpus[node["id"]] = node["gpus"]
-            self.node_ready[node["id"]] = node["state"] == "ready"
-        for row in ReplicaPlacementRecord.objects.filter(job__state__in=HOLDING_STATES).values(
-            "job_id", "node_id", "devices", "fraction"
-        ):
-            placement: Placement = (row["node_id"], tuple(row["devices"]), row["fraction"])
-            self._occupy(row["job_id"], [placement], sign=1)
+        nodes, held = held_devices()
+        for node_id, (gpus, ready) in nodes.items():
+            self.node_gpus[node_id] = gpus
+            self.node_ready[node_id] = ready
+        used = self.used
+        for job_id, node_id, devices, fraction in held:
+            share = fraction if fraction < 1 else 1.0
+            for device in devices:
+                used[(node_id, device)] += share
+            self.held[job_id].append((node_id, devices, fraction))
 
     def _lock_jobs(self, result: engine.CycleResult, moves: set[str]) -> None:
         """The state and revision, right now, of every job the result admits or evicts, their rows
@@ -366,9 +370,10 @@ class _Commit:
 
     def _flush_evictions(self) -> None:
         """Evicted jobs with a grace period become releasing; the others let go of their GPUs now."""
-        written = _bulk_update(
+        written = bulk.update_as_seen(
+            Job,
             state=JobState.RUNNING,
-            columns=(("release_at", "timestamptz"), ("beneficiary_id", "bigint")),
+            columns=("release_at", "beneficiary_id"),
             rows=self.releasing_rows,
             fixed=(
                 ("state", "%s", (JobState.RELEASING,)),
@@ -376,14 +381,10 @@ class _Commit:
                 ("evicted_at", "%s", (self.now,)),
             ),
         )
-        written += _bulk_update(
+        written += bulk.update_as_seen(
+            Job,
             state=JobState.RUNNING,
-            columns=(
-                ("state", "varchar"),
-                ("finished_at", "timestamptz"),
-                ("reason_code", "varchar"),
-                ("reason_message", "text"),
-            ),
+            columns=("state", "finished_at", "reason_code", "reason_message"),
             rows=self.released_rows,
             fixed=(
                 ("revision", "revision + 2", ()),
@@ -403,15 +404,16 @@ class _Commit:
         released = [row[0] for row in self.released_rows]
         for start in range(0, len(released), _BATCH):
             ReplicaPlacementRecord.objects.filter(job_id__in=released[start : start + _BATCH]).delete()
-        JobEvent.objects.bulk_create(self.new_events, batch_size=_BATCH)
+        bulk.insert(JobEvent, _EVENT_COLUMNS, self.new_events)
         self.new_events = []
 
     def _flush_admissions(self) -> None:
         if not self.admit_rows:
             return
-        written = _bulk_update(
+        written = bulk.update_as_seen(
+            Job,
             state=JobState.PENDING,
-            columns=(("allocated_gpus", "double precision"), ("running_replicas", "integer")),
+            columns=("allocated_gpus", "running_replicas"),
             rows=self.admit_rows,
             fixed=(
                 ("state", "%s", (JobState.RUNNING,)),
@@ -428,8 +430,8 @@ class _Commit:
         if written != len(self.admit_rows):
             # The rows were locked and checked; anything else is a bug: nothing of this cycle commits.
             raise RuntimeError(f"admitted {written} of {len(self.admit_rows)} checked jobs; cycle rolled back")
-        ReplicaPlacementRecord.objects.bulk_create(self.new_placements, batch_size=_BATCH)
-        JobEvent.objects.bulk_create(self.new_events, batch_size=_BATCH)
+        bulk.insert(ReplicaPlacementRecord, _PLACEMENT_COLUMNS, self.new_placements)
+        bulk.insert(JobEvent, _EVENT_COLUMNS, self.new_events)
         # A requeued victim names the job it was evicted for until that job starts, so that no one
         # else takes the freed GPUs (SCHEDULING.md §5, no ping-pong); once it starts, the promise is
         # kept and the victims queue like everyone else. The link is not part of a revision: only
@@ -493,14 +495,7 @@ class _Commit:
             return 0
         beneficiary_pk, beneficiary_name = self._beneficiary(decision.beneficiary)
         self.new_events.append(
-            JobEvent(
-                job_id=seen.pk,
-                kind=JobEventKind.EVICTED,
-                at=self.now,
-                rule=decision.rule,
-                beneficiary_id=beneficiary_pk,
-                message=decision.reason,
-            )
+            (seen.pk, JobEventKind.EVICTED.value, self.now, decision.rule, beneficiary_pk, decision.reason)
         )
         self.applied.evicted += 1
         self.applied.evicted_ids.append(seen.pk)
@@ -534,7 +529,7 @@ class _Commit:
             )
         )
         kind, event_message = released_event(requeue=seen.requeue, message=message)
-        self.new_events.append(JobEvent(job_id=seen.pk, kind=kind, at=self.now, message=event_message))
+        self.new_events.append((seen.pk, str(kind), self.now, "", None, event_message))
         self.current[seen.pk] = (str(values["state"]), seen.revision + 2)
         return 1 if values["state"] == JobState.PENDING else 0
 
@@ -617,19 +612,18 @@ class _Commit:
         self.current[seen.pk] = (JobState.RUNNING, seen.revision + 1)
         self.admit_rows.append((seen.pk, seen.revision, gpus, len(placements)))
         self.new_placements.extend(
-            ReplicaPlacementRecord(job_id=seen.pk, node_id=node_id, devices=list(devices), fraction=fraction)
-            for node_id, devices, fraction in placements
+            (seen.pk, node_id, list(devices), fraction) for node_id, devices, fraction in placements
         )
         self._occupy(seen.pk, placements, sign=1)
         nodes = self._nodes(placements)
         self.new_events.append(
-            JobEvent(
-                job_id=seen.pk,
-                kind=JobEventKind.ADMITTED,
-                at=self.now,
-                rule="",
-                beneficiary_id=None,
-                message=f"{len(placements)} replica(s), {gpus:g} GPUs on {', '.join(nodes)}",
+            (
+                seen.pk,
+                JobEventKind.ADMITTED.value,
+                self.now,
+                "",
+                None,
+                f"{len(placements)} replica(s), {gpus:g} GPUs on {', '.join(nodes)}",
             )
         )
         self.applied.admitted += 1
@@ -758,60 +752,9 @@ class _Commit:
             wanted = (reason.code, reason.message, reason.position) if reason else ("", "", None)
             if wanted != (seen.reason_code, seen.reason_message, seen.position):
                 rows.append((seen.pk, seen.revision, *wanted))
-        _bulk_update(
-            state=JobState.PENDING,
-            columns=(("reason_code", "varchar"), ("reason_message", "text"), ("position", "integer")),
-            rows=rows,
+        bulk.update_as_seen(
+            Job, state=JobState.PENDING, columns=("reason_code", "reason_message", "position"), rows=rows
         )
-
-
-_JOB_TABLE = Job._meta.db_table
-
-
-def _bulk_update(
-    *,
-    state: str,
-    columns: tuple[tuple[str, str], ...],
-    rows: list[tuple[Any, ...]],
-    fixed: tuple[tuple[str, str, tuple[Any, ...]], ...] = (),
-) -> int:
-    """Per row (job id, seen revision, *one value per column): set those columns, and each
-    `fixed` (column, SQL expression, its parameters), on the job only while it is in `state` at
-    the seen revision. `columns` name their PostgreSQL type. Returns how many rows changed.
-
-    PostgreSQL: one `UPDATE … FROM unnest(<one array per column>)` for all the rows (a handful of
-    parameters, whatever the number of rows); elsewhere one `executemany` of a plain
-    parameterised UPDATE (SQLite runs it at C speed).
-    """
-    if not rows:
-        return 0
-    qn = connection.ops.quote_name
-    fixed_sql = [f"{qn(column)} = {expression}" for column, expression, _params in fixed]
-    fixed_params = [param for _column, _expression, params in fixed for param in params]
-    table = qn(_JOB_TABLE)
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            names = ", ".join(qn(name) for name in ("id", "seen_revision", *(column for column, _type in columns)))
-            arrays = ", ".join(f"%s::{kind}[]" for kind in ("bigint", "integer", *(kind for _c, kind in columns)))
-            assignments = ", ".join([*(f"{qn(column)} = v.{qn(column)}" for column, _type in columns), *fixed_sql])
-            cursor.execute(
-                f"UPDATE {table} AS j SET {assignments} FROM unnest({arrays}) AS v({names}) "
-                f"WHERE j.{qn('id')} = v.{qn('id')} AND j.{qn('state')} = %s "
-                f"AND j.{qn('revision')} = v.{qn('seen_revision')}",
-                [*fixed_params, *(list(values) for values in zip(*rows, strict=True)), state],
-            )
-            return int(cursor.rowcount)
-        # Raw parameters skip the fields' own conversions; datetimes are the one that matters
-        # (SQLite stores them as Django writes them: naive UTC text).
-        adapt = connection.ops.adapt_datetimefield_value
-        fixed_params = [adapt(param) if isinstance(param, datetime) else param for param in fixed_params]
-        rows = [tuple(adapt(value) if isinstance(value, datetime) else value for value in row) for row in rows]
-        assignments = ", ".join([*(f"{qn(column)} = %s" for column, _type in columns), *fixed_sql])
-        cursor.executemany(
-            f"UPDATE {table} SET {assignments} WHERE {qn('id')} = %s AND {qn('state')} = %s AND {qn('revision')} = %s",
-            [(*row[2:], *fixed_params, row[0], state, row[1]) for row in rows],
-        )
-        return int(cursor.rowcount)
 
 
 def converge(max_cycles: int = 50) -> int:
