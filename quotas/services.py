@@ -1059,13 +1059,9 @@ def _check_node(node: Node, errors: _Errors) -> None:
         errors.add("state", f"state {node.state!r} of {label} is not one of {', '.join(NodeState.values)}.")
 
 
-def _sync_devices(node: Node, *, created: bool = False) -> None:
-    """One GpuDevice per GPU, indices 0..gpus-1, each of the node's model."""
-    if created:
-        GpuDevice.objects.bulk_create(
-            [GpuDevice(node=node, index=index, model=node.gpu_model) for index in range(node.gpus)]
-        )
-        return
+def _sync_devices(node: Node) -> None:
+    """One GpuDevice per GPU, indices 0..gpus-1, each of the node's model (new nodes get theirs
+    in _create_nodes)."""
     node.devices.filter(index__gte=node.gpus).delete()
     existing = set(node.devices.values_list("index", flat=True))
     GpuDevice.objects.bulk_create(
@@ -1148,42 +1144,116 @@ def create_node(
 ) -> Node | DryRunResult:
     """A node of `pool` (the default pool when None) with its GPU devices 0..gpus-1."""
     _require_platform_admin(actor, "change the inventory")
+    spec = NewNode(
+        name=name,
+        gpus=gpus,
+        cpu=cpu,
+        memory_gib=memory_gib,
+        gpu_model=gpu_model,
+        labels=labels,
+        state=state,
+    )
 
     def apply() -> Node:
-        with transaction.atomic():
-            pool_id = _pool_or_default(pool).pk
-            _lock_pool(pool_id)
-            node = Node(
-                pool_id=pool_id,
-                name=name,
-                gpus=gpus,
-                cpu=cpu,
-                memory_gib=memory_gib,
-                gpu_model=gpu_model,
-                labels={} if labels is None else labels,
-                state=state,
-            )
-            errors = _Errors()
-            _check_node(node, errors)
-            if isinstance(name, str) and Node.objects.filter(name=name).exists():
-                errors.add("name", f"A node named {name!r} already exists; node names are unique.")
-            errors.raise_if_any()
-            _save_node(node)
-            _sync_devices(node, created=True)
-            audit.record(
-                actor=actor,
-                action="node.create",
-                object_type="node",
-                object_id=node.pk,
-                object_repr=node.name,
-                after=node_snapshot(node),
-            )
-            _on_commit_send(signals.inventory_changed, Node, action="node.create", node_ids=[node.pk])
-            return node
+        (node,) = _create_nodes(actor=actor, pool=pool, nodes=[spec], name_nodes=False)
+        return node
 
     if dry_run:
         return _dry_run(apply, pool_id=None)
     return apply()
+
+
+@dataclass(frozen=True, slots=True)
+class NewNode:
+    """One node of `create_nodes`; the defaults are create_node's."""
+
+    name: str
+    gpus: int
+    cpu: float = 0
+    memory_gib: float = 0
+    gpu_model: str = ""
+    labels: dict[str, Any] | None = None
+    state: str = NodeState.READY
+
+
+def create_nodes(*, actor: Actor, nodes: Sequence[NewNode], pool: ResourcePool | None = None) -> list[Node]:
+    """Many nodes of `pool` at once (a cluster's inventory), all or nothing.
+
+    The same rules, messages and audit records (one `node.create` per node) as `create_node`,
+    each message prefixed with the node's position (`nodes[3]: ...`); names must also differ
+    within the set. Then one insert of the nodes and one of their devices, and one
+    `inventory_changed` after commit naming them all. Returns the nodes in the order given.
+    """
+    _require_platform_admin(actor, "change the inventory")
+    return _create_nodes(actor=actor, pool=pool, nodes=nodes, name_nodes=True)
+
+
+def _create_nodes(*, actor: Actor, pool: ResourcePool | None, nodes: Sequence[NewNode], name_nodes: bool) -> list[Node]:
+    if not nodes:
+        return []
+    with transaction.atomic():
+        pool_id = _pool_or_default(pool).pk
+        _lock_pool(pool_id)
+        new = [
+            Node(
+                pool_id=pool_id,
+                name=spec.name,
+                gpus=spec.gpus,
+                cpu=spec.cpu,
+                memory_gib=spec.memory_gib,
+                gpu_model=spec.gpu_model,
+                labels={} if spec.labels is None else spec.labels,
+                state=spec.state,
+            )
+            for spec in nodes
+        ]
+        names = [node.name for node in new if isinstance(node.name, str)]
+        taken = set(Node.objects.filter(name__in=names).values_list("name", flat=True))
+        errors = _Errors()
+        seen: dict[str, int] = {}
+        for position, node in enumerate(new):
+            node_errors = _Errors()
+            _check_node(node, node_errors)
+            if isinstance(node.name, str):
+                if node.name in taken:
+                    node_errors.add("name", f"A node named {node.name!r} already exists; node names are unique.")
+                elif node.name in seen:
+                    node_errors.add(
+                        "name", f"A node named {node.name!r} is also nodes[{seen[node.name]}]; node names are unique."
+                    )
+                seen.setdefault(node.name, position)
+            for field, messages in node_errors.by_field.items():
+                for message in messages:
+                    errors.add(field, f"nodes[{position}]: {message}" if name_nodes else message)
+        errors.raise_if_any()
+        try:
+            with transaction.atomic():
+                Node.objects.bulk_create(new)
+        except IntegrityError:
+            # The names were free when checked; a concurrent writer took one meanwhile.
+            raise ValidationError(
+                {"name": f"A node named {new[0].name!r} already exists; node names are unique."}
+                if len(new) == 1
+                else {"name": "A node of this set already exists (created meanwhile); node names are unique."}
+            ) from None
+        GpuDevice.objects.bulk_create(
+            [GpuDevice(node=node, index=index, model=node.gpu_model) for node in new for index in range(node.gpus)]
+        )
+        audit.record_all(
+            [
+                audit.build(
+                    actor=actor,
+                    action="node.create",
+                    object_type="node",
+                    object_id=node.pk,
+                    object_repr=node.name,
+                    after=node_snapshot(node),
+                )
+                for node in new
+            ]
+        )
+        _on_commit_send(signals.inventory_changed, Node, action="node.create", node_ids=[node.pk for node in new])
+        return new
 
 
 @overload

@@ -725,21 +725,28 @@ class ScenarioRunner:
         pool, _ = ResourcePool.objects.update_or_create(
             name=ResourcePool.DEFAULT_NAME, defaults={"placement": self.scenario.placement}
         )
-        for spec in self.scenario.nodes:
-            try:
-                node = quota_services.create_node(
+        # All nodes in one service call (one insert of nodes, one of devices); if it refuses,
+        # they are created one by one instead, so that the refusal names the first bad node.
+        try:
+            with transaction.atomic():
+                nodes = quota_services.create_nodes(
                     actor=self.actor,
-                    name=spec.name,
-                    gpus=spec.gpus,
-                    cpu=spec.cpu,
-                    memory_gib=spec.memory_gib,
-                    gpu_model=spec.gpu_model,
                     pool=pool,
+                    nodes=[
+                        quota_services.NewNode(
+                            name=spec.name,
+                            gpus=spec.gpus,
+                            cpu=spec.cpu,
+                            memory_gib=spec.memory_gib,
+                            gpu_model=spec.gpu_model,
+                        )
+                        for spec in self.scenario.nodes
+                    ],
                 )
-            except (ValidationError, PermissionDenied) as error:
-                raise _scenario_error(f"node {spec.name!r}", error) from None
-            assert isinstance(node, Node)
-            self.nodes[spec.name] = node
+        except (ValidationError, PermissionDenied):
+            self.create_nodes_one_by_one(pool)
+        else:
+            self.nodes.update({node.name: node for node in nodes})
         # The whole tree in one service call (one lock, one validation, one insert per level);
         # if it refuses, the quotas are created one by one instead, so that the refusal names the
         # first quota that breaks a rule, exactly as before.
@@ -776,6 +783,22 @@ class ScenarioRunner:
                 )
             except (ValidationError, PermissionDenied) as error:
                 raise _scenario_error(f"workspace {workspace_spec.name!r}", error) from None
+
+    def create_nodes_one_by_one(self, pool: ResourcePool) -> None:
+        for spec in self.scenario.nodes:
+            try:
+                node = quota_services.create_node(
+                    actor=self.actor,
+                    name=spec.name,
+                    gpus=spec.gpus,
+                    cpu=spec.cpu,
+                    memory_gib=spec.memory_gib,
+                    gpu_model=spec.gpu_model,
+                    pool=pool,
+                )
+            except (ValidationError, PermissionDenied) as error:
+                raise _scenario_error(f"node {spec.name!r}", error) from None
+            self.nodes[spec.name] = node
 
     def create_quotas_one_by_one(self, pool: ResourcePool) -> None:
         for quota_spec in self.scenario.quotas:
@@ -827,11 +850,10 @@ class ScenarioRunner:
     def apply(self, step: Step) -> None:
         actor = self.actor
         if isinstance(step, SubmitStep):
-            # One transaction per burst: a thousand submits commit once, as a burst of API calls
-            # coalesces into one cycle request in the console.
-            with transaction.atomic():
-                for job in step.jobs:
-                    self.submit(job)
+            # One bulk submit per burst: a thousand jobs commit at once (three inserts), as a
+            # burst of API calls coalesces into one cycle request in the console.
+            submitted = job_services.submit_jobs(actor=None, submissions=[self.submission(job) for job in step.jobs])
+            self.jobs.update({job.name: job.pk for job in submitted})
         elif isinstance(step, EndJobStep):
             ended = Job.objects.get(pk=self.jobs[step.job])
             if step.action == "cancel":
@@ -854,9 +876,8 @@ class ScenarioRunner:
             state = NodeState.DOWN if step.action == "node_down" else NodeState.READY
             quota_services.set_node_state(actor=actor, node=node, state=state)
 
-    def submit(self, spec: JobSpec) -> None:
-        result = job_services.submit_job(
-            actor=None,
+    def submission(self, spec: JobSpec) -> job_services.JobSubmission:
+        return job_services.JobSubmission(
             workspace=self.workspaces[spec.workspace],
             quota=self.quotas[spec.quota],
             name=spec.name,
@@ -873,8 +894,6 @@ class ScenarioRunner:
             grace_seconds=spec.grace_seconds,
             requeue=spec.requeue,
         )
-        assert isinstance(result, Job)  # not a dry run
-        self.jobs[spec.name] = result.pk
 
     def quota(self, name: str) -> Quota:
         """Fresh from the database: an earlier step may have changed it."""

@@ -212,6 +212,18 @@ steps: []
         "",
         id="finish-a-finished-job",
     ),
+    pytest.param(
+        TWO_TEAMS + "  - submit:\n    - {name: a, quota: team-a, gpus: 1}\n    - {name: b, quota: team-b, gpus: 1.5}\n",
+        "step 1 (submit): field 'gpus': job 'b' (2 of 2): a fraction of a GPU must be below 1",
+        "got 1.5",
+        id="bad-job-in-a-burst",
+    ),
+    pytest.param(
+        f"nodes: [{{name: ok, gpus: 4}}, {{name: {'n' * 101}, gpus: 4}}]\nquotas: [{{name: a, gpus: 4}}]\nsteps: []\n",
+        f"node '{'n' * 101}': field 'name': A node name has at most 100 characters",
+        "has 101",
+        id="node-name-too-long",
+    ),
 ]
 
 
