@@ -57,9 +57,21 @@ def _plain(model: type[models.Model], columns: Sequence[str], rows: Sequence[Seq
 
 
 def insert(model: type[models.Model], columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """INSERT the rows (one value per column, in order) in one statement. No ids come back."""
+    """INSERT the rows (one value per column, in order) in one statement. No ids come back.
+
+    A column left out gets its field's default, as `bulk_create` would give it (Django's
+    defaults live in Python, not in the table).
+    """
     if not rows:
         return
+    defaults = [
+        (field.column, field.get_default())
+        for field in model._meta.concrete_fields
+        if field.column not in columns and not field.primary_key and field.has_default()
+    ]
+    if defaults:
+        columns = [*columns, *(column for column, _value in defaults)]
+        rows = [(*row, *(value for _column, value in defaults)) for row in rows]
     qn = connection.ops.quote_name
     table = qn(model._meta.db_table)
     names = ", ".join(qn(column) for column in columns)

@@ -11,10 +11,13 @@ the whole cycle or nothing; the next cycle reads the database and carries on.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -150,8 +153,31 @@ def act_on(outcome: CycleOutcome) -> int:
     return executor.tick(get_clock().now())
 
 
+@contextmanager
+def _without_collector_pauses() -> Iterator[None]:
+    """Python's cyclic garbage collector paused for one cycle's decide and commit.
+
+    A cycle of S3 allocates a few hundred thousand short-lived objects on a heap that already
+    holds a snapshot of 15,000 jobs: the collector's full passes then landed inside the engine
+    and doubled some cycles (S3 engine: 84 ms median, 208 ms at worst; paused: 79 ms, 83 ms).
+    What the cycle leaves behind is collected once the collector runs again.
+    """
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
+
+
 def decide_and_commit(*, lease: CycleLease, trigger: str, now: datetime) -> CycleOutcome:
     """Snapshot, engine, commit; no executor. Callers hold `lease` (tests call this to force races)."""
+    with _without_collector_pauses():
+        return _decide_and_commit(lease=lease, trigger=trigger, now=now)
+
+
+def _decide_and_commit(*, lease: CycleLease, trigger: str, now: datetime) -> CycleOutcome:
     started = time.perf_counter()
     snapshot, index = build_snapshot(now)
     result = engine.schedule(snapshot)

@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from django.db import connection
-from django.db.models import QuerySet, Sum
+from django.db.models import FloatField, Func, QuerySet, Sum
 
 from quotas.hooks import QuotaStatus as QuotaStatusFigures
 from quotas.models import Node, Quota, ResourcePool
@@ -78,11 +78,32 @@ def _raw_rows(queryset: QuerySet[Any]) -> list[tuple[Any, ...]]:
     return rows
 
 
-def _epoch(moment: datetime | str | None) -> float | None:
-    """Seconds since the epoch of a datetime column as the driver returns it: an aware datetime
-    (PostgreSQL), or the naive UTC text Django writes to SQLite."""
-    if moment is None:
-        return None
+class _Moment(Func):
+    """A datetime column as the snapshot reads it: seconds since the epoch where the database
+    computes them (PostgreSQL; building aware datetimes cost more than the rest of the query),
+    the stored text elsewhere (SQLite keeps naive UTC ISO text, which `_epoch` parses)."""
+
+    output_field = FloatField()
+
+    def as_sql(
+        self,
+        compiler: Any,
+        connection: Any,
+        function: str | None = None,
+        template: str | None = None,
+        arg_joiner: str | None = None,
+        **extra_context: Any,
+    ) -> Any:
+        if connection.vendor == "postgresql":
+            template = "EXTRACT(EPOCH FROM %(expressions)s)::float8"
+            return super().as_sql(compiler, connection, function, template, arg_joiner, **extra_context)
+        return compiler.compile(self.source_expressions[0])
+
+
+def _epoch(moment: float | str | datetime | None) -> float | None:
+    """Seconds since the epoch of a `_Moment` as the driver returns it."""
+    if moment is None or isinstance(moment, float):
+        return moment
     if isinstance(moment, str):
         return datetime.fromisoformat(moment).replace(tzinfo=UTC).timestamp()
     return moment.timestamp()
@@ -111,12 +132,12 @@ _ENGINE_JOB_COLUMNS = (
     "preemptible",
     "cpu",
     "memory_gib",
-    "submitted_at",
+    "submitted",  # the _Moment of submitted_at, and so on
     "state",
-    "started_at",
+    "started",
     "grace_seconds",
     "beneficiary_id",
-    "evicted_at",
+    "evicted",
 )
 _STATE = _ENGINE_JOB_COLUMNS.index("state")
 
@@ -254,6 +275,7 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
     job_rows = _raw_rows(
         Job.objects.filter(state__in=ACTIVE_STATES)
         .order_by("submitted_at", "id")
+        .annotate(submitted=_Moment("submitted_at"), started=_Moment("started_at"), evicted=_Moment("evicted_at"))
         .values_list(*_ENGINE_JOB_COLUMNS, "name", "requeue", "revision", "reason_code", "reason_message", "position")
     )
     # Per holding job, its replicas as read: (node name, devices as stored, fraction).

@@ -8,7 +8,7 @@ clock, so `simulate` can jump hours ahead and the console's beat can tick every 
 Everything is written in batches: one tick finishes every due job in one transaction (one
 conditional UPDATE per group of jobs seen at the same revision with the same message, events
 and audit records with `bulk_create`, one cycle request), and the `started` events of a
-commit's admissions are one `bulk_create`. A job that moved on since it was read (cancelled,
+commit's admissions are one insert (`scheduling.bulk`). A job that moved on since it was read (cancelled,
 evicted, moved: its state or revision differs) is left alone, as `finish_job` and
 `lifecycle.release_job` would leave it.
 """
@@ -25,7 +25,7 @@ from django.db import transaction
 from django.db.models import F
 
 from quotas.models import AuditRecord
-from scheduling import events, lifecycle, triggers
+from scheduling import bulk, events, lifecycle, triggers
 from scheduling.clock import get_clock
 from scheduling.models import Job, JobEvent, JobEventKind, JobState, ReplicaPlacementRecord
 
@@ -98,18 +98,14 @@ class SimulatedExecutor:
 
     def on_admitted_many(self, jobs: Sequence[Job]) -> None:
         at = get_clock().now()
-        JobEvent.objects.bulk_create(
+        bulk.insert(
+            JobEvent,
+            ("job_id", "kind", "at", "message"),
             [
-                JobEvent(
-                    job_id=job.pk,
-                    kind=JobEventKind.STARTED,
-                    at=at,
-                    message=f"{job.running_replicas} replica(s) started (simulated)",
-                )
+                (job.pk, JobEventKind.STARTED.value, at, f"{job.running_replicas} replica(s) started (simulated)")
                 for job in jobs
                 if job.state == JobState.RUNNING
             ],
-            batch_size=_BATCH,
         )
 
     def on_evicted(self, job: Job) -> None:

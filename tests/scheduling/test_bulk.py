@@ -65,6 +65,13 @@ def test_update_as_seen_changes_only_the_rows_still_at_the_seen_state_and_revisi
     assert (untouched.reason_code, untouched.position, untouched.revision) == ("", None, moved_on.revision + 1)
 
 
+def test_a_column_left_out_gets_its_field_default(cluster: Cluster) -> None:
+    job = cluster.submit("train")
+    bulk.insert(JobEvent, ("job_id", "kind", "at"), [(job.pk, "started", AT)])
+    event = JobEvent.objects.get(job=job, kind="started")
+    assert (event.rule, event.message, event.beneficiary_id) == ("", "", None)
+
+
 def test_nothing_to_write_runs_no_statement(cluster: Cluster, django_assert_num_queries: object) -> None:
     with django_assert_num_queries(0):  # type: ignore[operator]
         bulk.insert(JobEvent, ("job_id", "kind", "at"), [])
