@@ -112,25 +112,12 @@ class WorkspaceSpec:
     description: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class JobSpec:
-    """A job as `submit_job` takes it; None leaves the kind's default to the service."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSpec(job_services.JobShape):
+    """A job of a scenario: its shape, and the quota and workspace it names."""
 
-    name: str
     quota: str
     workspace: str
-    kind: str
-    gpus: float
-    replicas: int = 1
-    min_replicas: int | None = None
-    priority: int | None = None
-    preemptible: bool | None = None
-    cpu: float = 0.0
-    memory_gib: float = 0.0
-    command: str = ""
-    duration: float | None = None
-    grace_seconds: float = 0.0
-    requeue: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -878,21 +865,7 @@ class ScenarioRunner:
 
     def submission(self, spec: JobSpec) -> job_services.JobSubmission:
         return job_services.JobSubmission(
-            workspace=self.workspaces[spec.workspace],
-            quota=self.quotas[spec.quota],
-            name=spec.name,
-            kind=spec.kind,
-            gpus=spec.gpus,
-            replicas=spec.replicas,
-            min_replicas=spec.min_replicas,
-            priority=spec.priority,
-            preemptible=spec.preemptible,
-            cpu=spec.cpu,
-            memory_gib=spec.memory_gib,
-            command=spec.command,
-            duration=spec.duration,
-            grace_seconds=spec.grace_seconds,
-            requeue=spec.requeue,
+            workspace=self.workspaces[spec.workspace], quota=self.quotas[spec.quota], **spec.shape()
         )
 
     def quota(self, name: str) -> Quota:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -121,15 +121,11 @@ def validate_job_shape(
         raise ValidationError(errors)
 
 
-@dataclass(frozen=True, slots=True)
-class JobSubmission:
-    """One job of `submit_jobs`: what `submit_job` takes besides the actor and `dry_run`.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobShape:
+    """What a job asks for, as `submit_job` takes it; None for `priority` or `preemptible`
+    leaves the kind's default. A submission adds where it goes; a scenario's job names those."""
 
-    None for `priority` or `preemptible` leaves the kind's default.
-    """
-
-    workspace: Workspace
-    quota: Quota
     name: str
     kind: str
     gpus: float
@@ -143,6 +139,18 @@ class JobSubmission:
     duration: float | None = None
     grace_seconds: float = 0.0
     requeue: bool = True
+
+    def shape(self) -> dict[str, Any]:
+        """The fields of JobShape alone, to build another kind of job from this one."""
+        return {spec.name: getattr(self, spec.name) for spec in fields(JobShape)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSubmission(JobShape):
+    """One job of `submit_jobs`: what `submit_job` takes besides the actor and `dry_run`."""
+
+    workspace: Workspace
+    quota: Quota
 
 
 def submit_job(
