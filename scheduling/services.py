@@ -286,22 +286,10 @@ def _new_job(actor: Actor, submission: JobSubmission, now: datetime) -> Job:
         grace_seconds=submission.grace_seconds,
     )
     return Job(
-        name=submission.name,
+        **{**submission.shape(), "priority": priority, "preemptible": preemptible},
         workspace=submission.workspace,
         quota=submission.quota,
-        owner=actor if actor is not None and actor.is_authenticated else None,  # type: ignore[misc]
-        kind=submission.kind,
-        gpus=submission.gpus,
-        replicas=submission.replicas,
-        min_replicas=submission.min_replicas,
-        priority=priority,
-        preemptible=preemptible,
-        cpu=submission.cpu,
-        memory_gib=submission.memory_gib,
-        command=submission.command,
-        duration=submission.duration,
-        grace_seconds=submission.grace_seconds,
-        requeue=submission.requeue,
+        owner=actor if actor is not None and actor.is_authenticated else None,
         submitted_at=now,
     )
 
