@@ -285,7 +285,7 @@ def _new_job(actor: Actor, submission: JobSubmission, now: datetime) -> Job:
         duration=submission.duration,
         grace_seconds=submission.grace_seconds,
     )
-    return Job(
+    return Job(  # type: ignore[misc]  # a signed-in actor is a User
         **{**submission.shape(), "priority": priority, "preemptible": preemptible},
         workspace=submission.workspace,
         quota=submission.quota,
