@@ -13,10 +13,18 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from scheduling.models import Job
+
 GROUP: Final = "scheduler"
 MESSAGE_TYPE: Final = "scheduler.event"
 
 logger = logging.getLogger(__name__)
+
+
+def job_event(job: Job, state: str | None = None) -> dict[str, Any]:
+    """The event of a job that changed: its id, name, quota and state (`state` when the row
+    written is ahead of the object in hand)."""
+    return {"kind": "job", "id": job.pk, "name": job.name, "state": state or job.state, "quota_id": job.quota_id}
 
 
 def publish(event: dict[str, Any]) -> bool:

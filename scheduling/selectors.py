@@ -139,7 +139,9 @@ _ENGINE_JOB_COLUMNS = (
     "beneficiary_id",
     "evicted",
 )
-_STATE = _ENGINE_JOB_COLUMNS.index("state")
+_QUOTA_ID, _GPUS, _STATE, _GRACE_SECONDS = (
+    _ENGINE_JOB_COLUMNS.index(column) for column in ("quota_id", "gpus", "state", "grace_seconds")
+)
 
 
 class _EngineJobs:
@@ -304,19 +306,20 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
             name=name,
             state=row[_STATE],
             revision=revision,
-            quota_id=row[1],
-            gpus=row[3],
-            grace_seconds=row[13],
+            quota_id=row[_QUOTA_ID],
+            gpus=row[_GPUS],
+            grace_seconds=row[_GRACE_SECONDS],
             requeue=bool(requeue),
             reason_code=reason_code,
             reason_message=reason_message,
             position=position,
         )
+        quota = quota_names[row[_QUOTA_ID]]
         replicas = tuple(held[pk]) if pk in held else ()
-        identity = (*row[:width], quota_names[row[1]], replicas)
+        identity = (*row[:width], quota, replicas)
         job = built.get(identity)
         if job is None:
-            job = _engine_job(key, row, quota_names[row[1]], replicas)
+            job = _engine_job(key, row, quota, replicas)
         kept[identity] = job
         jobs.append(job)
     _engine_jobs.built = kept

@@ -377,23 +377,27 @@ def _preview_submission(job: Job, now: Any) -> SubmitPreview:
     )
 
 
+# What an audit record keeps of a job, before and after (readers of a job load these fields).
+JOB_SUMMARY_FIELDS = (
+    "name",
+    "workspace_id",
+    "quota_id",
+    "kind",
+    "gpus",
+    "replicas",
+    "min_replicas",
+    "priority",
+    "preemptible",
+    "state",
+)
+
+
 def job_summary(job: Job) -> dict[str, Any]:
-    return {
-        "name": job.name,
-        "workspace_id": job.workspace_id,
-        "quota_id": job.quota_id,
-        "kind": job.kind,
-        "gpus": job.gpus,
-        "replicas": job.replicas,
-        "min_replicas": job.min_replicas,
-        "priority": job.priority,
-        "preemptible": job.preemptible,
-        "state": job.state,
-    }
+    return {field_name: getattr(job, field_name) for field_name in JOB_SUMMARY_FIELDS}
 
 
 def _publish_on_commit(job: Job) -> None:
-    event = {"kind": "job", "id": job.pk, "name": job.name, "state": job.state, "quota_id": job.quota_id}
+    event = events.job_event(job)
     transaction.on_commit(lambda: events.publish(event))
 
 

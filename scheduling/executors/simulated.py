@@ -24,7 +24,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 
-from quotas.models import AuditRecord
+from quotas import audit
 from scheduling import bulk, events, lifecycle, triggers
 from scheduling.clock import get_clock
 from scheduling.models import Job, JobEvent, JobEventKind, JobState, ReplicaPlacementRecord
@@ -33,20 +33,6 @@ logger = logging.getLogger(__name__)
 
 # Rows per statement (ids in one IN list, objects in one INSERT).
 _BATCH = 1000
-
-# What a tick reads of a due job: the condition (revision), the message, and job_summary's fields.
-_SUMMARY_FIELDS = (
-    "name",
-    "workspace_id",
-    "quota_id",
-    "kind",
-    "gpus",
-    "replicas",
-    "min_replicas",
-    "priority",
-    "preemptible",
-    "state",
-)
 
 
 class _Raced(Exception):
@@ -164,8 +150,11 @@ class SimulatedExecutor:
 
     def finish_due(self, now: datetime) -> int:
         """Jobs with a duration end by themselves once it has passed (all in one transaction)."""
+        from scheduling.services import JOB_SUMMARY_FIELDS
+
+        # The condition (revision), the message (duration) and what the audit record keeps.
         candidates = Job.objects.filter(state=JobState.RUNNING, duration__isnull=False, started_at__isnull=False).only(
-            "id", "revision", "started_at", "duration", *_SUMMARY_FIELDS
+            "id", "revision", "started_at", "duration", *JOB_SUMMARY_FIELDS
         )
         due = [
             job
@@ -226,26 +215,18 @@ class SimulatedExecutor:
                     before["state"] = JobState.RUNNING
                     after = {**before, "state": JobState.SUCCEEDED}
                     records.append(
-                        AuditRecord(
+                        audit.build(
                             actor=None,
                             action="job.finish",
                             object_type="job",
-                            object_id=str(job_id),
-                            object_repr=job.name[:200],
+                            object_id=job_id,
+                            object_repr=job.name,
                             before=before,
                             after=after,
                         )
                     )
-                    published.append(
-                        {
-                            "kind": "job",
-                            "id": job_id,
-                            "name": job.name,
-                            "state": JobState.SUCCEEDED,
-                            "quota_id": job.quota_id,
-                        }
-                    )
-                AuditRecord.objects.bulk_create(records, batch_size=_BATCH)
+                    published.append(events.job_event(job, JobState.SUCCEEDED))
+                audit.record_all(records)
                 triggers.request_cycle_on_commit("finish")
                 transaction.on_commit(lambda: [events.publish(event) for event in published])
         except _Raced:
