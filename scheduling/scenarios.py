@@ -16,7 +16,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Literal, TypeAlias
@@ -78,13 +78,7 @@ class ScenarioError(Exception):
 # The parsed scenario
 
 
-@dataclass(frozen=True, slots=True)
-class NodeSpec:
-    name: str
-    gpus: int
-    cpu: float = 0.0
-    memory_gib: float = 0.0
-    gpu_model: str = ""
+# A scenario's node is what the inventory service creates: quota_services.NewNode.
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +186,7 @@ class Scenario:
     name: str
     description: str
     placement: str
-    nodes: tuple[NodeSpec, ...]
+    nodes: tuple[quota_services.NewNode, ...]
     quotas: tuple[QuotaSpec, ...]
     workspaces: tuple[WorkspaceSpec, ...]
     steps: tuple[Step, ...]
@@ -276,8 +270,8 @@ class _Parser:
 
     # -- cluster ------------------------------------------------------------------------------
 
-    def nodes(self, raw_nodes: list[Any]) -> tuple[NodeSpec, ...]:
-        nodes: list[NodeSpec] = []
+    def nodes(self, raw_nodes: list[Any]) -> tuple[quota_services.NewNode, ...]:
+        nodes: list[quota_services.NewNode] = []
         for index, raw in enumerate(raw_nodes, start=1):
             where = f"nodes[{index}]"
             entry = _mapping(raw, where, None, "a mapping like {name: gpu, count: 2, gpus: 8}")
@@ -294,7 +288,9 @@ class _Parser:
                 if node_name in self.node_names:
                     raise ScenarioError(where, "name", f"duplicate node name {node_name!r}")
                 self.node_names.append(node_name)
-                nodes.append(NodeSpec(name=node_name, gpus=gpus, cpu=cpu, memory_gib=memory, gpu_model=model))
+                nodes.append(
+                    quota_services.NewNode(name=node_name, gpus=gpus, cpu=cpu, memory_gib=memory, gpu_model=model)
+                )
         if not nodes:
             raise ScenarioError("scenario", "nodes", "the cluster needs at least one node")
         return tuple(nodes)
@@ -719,16 +715,7 @@ class ScenarioRunner:
                 nodes = quota_services.create_nodes(
                     actor=self.actor,
                     pool=pool,
-                    nodes=[
-                        quota_services.NewNode(
-                            name=spec.name,
-                            gpus=spec.gpus,
-                            cpu=spec.cpu,
-                            memory_gib=spec.memory_gib,
-                            gpu_model=spec.gpu_model,
-                        )
-                        for spec in self.scenario.nodes
-                    ],
+                    nodes=self.scenario.nodes,
                 )
         except (ValidationError, PermissionDenied):
             self.create_nodes_one_by_one(pool)
@@ -774,15 +761,7 @@ class ScenarioRunner:
     def create_nodes_one_by_one(self, pool: ResourcePool) -> None:
         for spec in self.scenario.nodes:
             try:
-                node = quota_services.create_node(
-                    actor=self.actor,
-                    name=spec.name,
-                    gpus=spec.gpus,
-                    cpu=spec.cpu,
-                    memory_gib=spec.memory_gib,
-                    gpu_model=spec.gpu_model,
-                    pool=pool,
-                )
+                node = quota_services.create_node(actor=self.actor, pool=pool, **asdict(spec))
             except (ValidationError, PermissionDenied) as error:
                 raise _scenario_error(f"node {spec.name!r}", error) from None
             self.nodes[spec.name] = node
