@@ -51,31 +51,28 @@ def private_environment() -> dict[str, str]:
     }
 
 
-def recreate_database(url: str) -> None:
+def server(url: str) -> psycopg.Connection[tuple[object, ...]]:
+    """An autocommit connection to the `postgres` database of the server of `url`."""
     parts = urlsplit(url)
-    with psycopg.connect(
+    return psycopg.connect(
         host=parts.hostname,
         port=parts.port or 5432,
         user=parts.username or "postgres",
         password=parts.password,
         dbname="postgres",
         autocommit=True,
-    ) as server:
-        server.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-        server.execute(f'CREATE DATABASE "{DATABASE}"')
+    )
+
+
+def recreate_database(url: str) -> None:
+    with server(url) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+        connection.execute(f'CREATE DATABASE "{DATABASE}"')
 
 
 def drop_database(url: str) -> None:
-    parts = urlsplit(url)
-    with psycopg.connect(
-        host=parts.hostname,
-        port=parts.port or 5432,
-        user=parts.username or "postgres",
-        password=parts.password,
-        dbname="postgres",
-        autocommit=True,
-    ) as server:
-        server.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+    with server(url) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
 
 
 def main() -> None:
