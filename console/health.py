@@ -1,12 +1,15 @@
 """Liveness of the parts the console needs: database, Redis, a Celery worker and beat.
 
 Worker and beat each write a heartbeat key into Redis from a background thread (see
-`console.signals`); /healthz reads their age.
+`console.signals`); /healthz reads their age. The launcher also writes an outage note when it
+sees one of them exit, so /healthz turns red at once instead of a minute later, and stays red
+until the restarted process writes a heartbeat newer than the note.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from typing import Final
@@ -16,6 +19,7 @@ from django.conf import settings
 from django.db import connection
 
 HEARTBEAT_KEY: Final = "console:heartbeat:{role}"
+OUTAGE_KEY: Final = "console:outage:{role}"
 ROLES: Final = ("worker", "beat")
 
 
@@ -26,6 +30,26 @@ def redis_client() -> redis.Redis:
 def record_heartbeat(role: str, client: redis.Redis | None = None) -> None:
     client = client or redis_client()
     client.set(HEARTBEAT_KEY.format(role=role), repr(time.time()), ex=int(settings.HEARTBEAT_MAX_AGE_SECONDS * 2))
+
+
+def record_outage(role: str, sentence: str, client: redis.Redis | None = None) -> None:
+    """Say why `role` is down; /healthz shows it until a heartbeat newer than this note arrives."""
+    client = client or redis_client()
+    note = json.dumps({"at": time.time(), "sentence": sentence})
+    # Expires with the heartbeat: if nobody restarts the process, "no heartbeat" is the truth left.
+    client.set(OUTAGE_KEY.format(role=role), note, ex=int(settings.HEARTBEAT_MAX_AGE_SECONDS * 2))
+
+
+def _role_state(heartbeat: bytes | str | None, outage: bytes | str | None, now: float) -> str:
+    beat_at = float(heartbeat) if heartbeat is not None else None
+    if outage is not None:
+        note = json.loads(outage)
+        if beat_at is None or beat_at <= note["at"]:
+            return f"missing: {note['sentence']}"
+    if beat_at is None:
+        return "missing: no heartbeat"
+    age = now - beat_at
+    return "ok" if age <= settings.HEARTBEAT_MAX_AGE_SECONDS else f"missing: last heartbeat {age:.0f} s ago"
 
 
 def start_heartbeat_thread(role: str) -> threading.Thread:
@@ -59,13 +83,8 @@ def check() -> dict[str, str]:
         report["redis"] = "ok"
         now = time.time()
         for role in ROLES:
-            raw = client.get(HEARTBEAT_KEY.format(role=role))
-            if raw is None:
-                report[role] = "missing: no heartbeat"
-                continue
-            age = now - float(raw)
-            fresh = age <= settings.HEARTBEAT_MAX_AGE_SECONDS
-            report[role] = "ok" if fresh else f"missing: last heartbeat {age:.0f} s ago"
+            heartbeat, outage = client.mget([HEARTBEAT_KEY.format(role=role), OUTAGE_KEY.format(role=role)])
+            report[role] = _role_state(heartbeat, outage, now)
     except redis.RedisError as error:
         report["redis"] = f"down: {error.__class__.__name__}"
         for role in ROLES:

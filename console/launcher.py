@@ -2,8 +2,9 @@
 
 `python -m console.launcher serve` starts the whole console: the embedded Redis (unless
 REDIS_URL is set), migrations, the demo data, then the ASGI web server, a Celery worker and
-Celery beat, which it supervises: if one dies it says which and stops the rest; Ctrl-C
-stops everything, Redis last.
+Celery beat, which it supervises (`console.supervisor`): one that dies is restarted with
+backoff while the others keep serving, and /healthz names it until it is back; after five fast
+crashes in a row it gives up and stops the rest. Ctrl-C stops everything, Redis last.
 
 `python -m console.launcher test [pytest args]` runs the test suite against the embedded
 Redis (unless REDIS_URL is set), failing when no test ran.
@@ -25,9 +26,10 @@ import redis
 
 from console.config import ConfigError
 from console.embedded_redis import EmbeddedRedis, EmbeddedRedisError
+from console.supervisor import Supervisor
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-STOP_TIMEOUT_SECONDS = 15.0
+TEND_EVERY_SECONDS = 0.3
 
 
 class LaunchError(Exception):
@@ -130,41 +132,15 @@ def _process_table(port: int, host: str) -> dict[str, list[str]]:
     }
 
 
-class Supervisor:
-    """Runs named processes in their own process groups and stops them all together."""
+def _report_change(name: str, sentence: str) -> None:
+    """Print a supervised process's change and, for worker and beat, show it on /healthz."""
+    _say(f"the {name} process {sentence}.")
+    from console import health
 
-    def __init__(self, commands: dict[str, list[str]]) -> None:
-        self.commands = commands
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self.stopping = False
-
-    def start(self) -> None:
-        for name, command in self.commands.items():
-            self.processes[name] = subprocess.Popen(command, cwd=BASE_DIR, start_new_session=True)
-
-    def first_dead(self) -> tuple[str, int] | None:
-        for name, process in self.processes.items():
-            code = process.poll()
-            if code is not None:
-                return name, code
-        return None
-
-    def stop(self) -> None:
-        self.stopping = True
-        for process in self.processes.values():
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
-        for process in self.processes.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        # A group may outlive its leader (Celery's pool children): kill what is left of each group.
-        for process in self.processes.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            if process.poll() is None:
-                process.wait()
+    if name in health.ROLES:
+        # Redis down: /healthz already says so, and the launcher must keep supervising.
+        with contextlib.suppress(redis.RedisError):
+            health.record_outage(name, f"the process {sentence}")
 
 
 def serve() -> int:
@@ -187,16 +163,15 @@ def serve() -> int:
         from django.conf import settings
 
         host = os.environ.get("HOST", "127.0.0.1")
-        supervisor = Supervisor(_process_table(settings.PORT, host))
+        supervisor = Supervisor(_process_table(settings.PORT, host), cwd=BASE_DIR, on_change=_report_change)
         supervisor.start()
         _say(f"GPU Quota Console at http://{host}:{settings.PORT} (web, worker, beat running; Ctrl-C stops all)")
         while not stop_requested:
-            dead = supervisor.first_dead()
-            if dead is not None:
-                name, code = dead
-                _say(f"the {name} process stopped (exit code {code}); stopping the others.")
+            gave_up = supervisor.tend()
+            if gave_up is not None:
+                _say(gave_up)
                 return 1
-            time.sleep(0.3)
+            time.sleep(TEND_EVERY_SECONDS)
         _say("stopping web, worker and beat")
         return 0
     except (LaunchError, SettingsError) as error:

@@ -25,14 +25,20 @@ from console.embedded_redis import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 HEALTHY_WITHIN_SECONDS = 180
+RECOVERED_WITHIN_SECONDS = 60
 pytestmark = pytest.mark.slow
 
 
 @dataclass
 class Launched:
-    process: subprocess.Popen[str]
+    process: subprocess.Popen[bytes]
     port: int
     checkout: Path
+    log: Path
+
+    def output(self) -> str:
+        # A file, not a pipe: nobody reads while it runs, and a full pipe would block the children.
+        return self.log.read_text(errors="replace")
 
 
 def _fresh_checkout(target: Path) -> Path:
@@ -72,16 +78,17 @@ def launched(tmp_path: Path) -> Iterator[Launched]:
             "SCHEDULER_BEAT_SECONDS": "2",
         }
     )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "console.launcher", "serve"],
-        cwd=checkout,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    launched = Launched(process=process, port=port, checkout=checkout)
+    log = tmp_path / "launcher.log"
+    with log.open("wb") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "console.launcher", "serve"],
+            cwd=checkout,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    launched = Launched(process=process, port=port, checkout=checkout, log=log)
     try:
         yield launched
     finally:
@@ -95,8 +102,7 @@ def _wait_healthy(launched: Launched) -> dict[str, str]:
     body: dict[str, str] = {}
     while time.monotonic() < deadline:
         if launched.process.poll() is not None:
-            output = launched.process.stdout.read() if launched.process.stdout else ""
-            pytest.fail(f"the launcher exited with {launched.process.returncode}:\n{output[-4000:]}")
+            pytest.fail(f"the launcher exited with {launched.process.returncode}:\n{launched.output()[-4000:]}")
         status, body = _health(launched.port)
         if status == 200:
             return body
@@ -126,16 +132,53 @@ def test_comes_up_healthy_serves_pages_and_stops_cleanly_on_ctrl_c(launched: Lau
     assert _health(launched.port)[0] == 0
 
 
-def test_says_which_process_died_and_stops_the_rest(launched: Launched) -> None:
+def _supervised(launched: Launched, marker: str) -> psutil.Process:
+    """The launcher's direct child whose command line names `marker` (uvicorn, worker, beat)."""
+    children = psutil.Process(launched.process.pid).children()
+    return next(child for child in children if marker in child.cmdline())
+
+
+def _until_green_again(launched: Launched, part: str) -> list[str]:
+    """Poll /healthz until it is 200 after having been red; return what it said of `part` meanwhile."""
+    deadline = time.monotonic() + RECOVERED_WITHIN_SECONDS
+    said: list[str] = []
+    while time.monotonic() < deadline:
+        assert launched.process.poll() is None, f"the launcher exited:\n{launched.output()[-4000:]}"
+        status, body = _health(launched.port)
+        if status == 0 and part != "web":
+            pytest.fail(f"the web server stopped answering while the {part} was down")
+        if status == 200 and said:
+            return said
+        if status != 200:
+            said.append(body.get(part, "no answer"))
+        time.sleep(0.2)
+    pytest.fail(f"/healthz not ok again within {RECOVERED_WITHIN_SECONDS} s after the {part} died: {said[-3:]}")
+
+
+def test_a_killed_worker_and_web_server_are_restarted_while_the_rest_keeps_serving(launched: Launched) -> None:
     _wait_healthy(launched)
-    children = _descendants(launched.process.pid)
-    worker = next(c for c in children if "worker" in c.cmdline() and c.ppid() == launched.process.pid)
-    os.killpg(worker.pid, signal.SIGKILL)
-    assert launched.process.wait(timeout=60) == 1
-    output = launched.process.stdout.read() if launched.process.stdout else ""
-    assert "the worker process stopped" in output
-    _gone, alive = psutil.wait_procs(children, timeout=10)
-    assert alive == [], f"left running: {[p.cmdline() for p in alive]}"
+    web, worker, beat = (_supervised(launched, marker) for marker in ("uvicorn", "worker", "beat"))
+    pool = worker.children()
+
+    os.kill(worker.pid, signal.SIGKILL)  # the worker's main process only, as `kill -9 PID` would
+    said = _until_green_again(launched, "worker")
+
+    assert any(state.startswith("missing: the process was killed by SIGKILL") for state in said), said
+    restarted = _supervised(launched, "worker")
+    assert restarted.pid != worker.pid
+    assert _supervised(launched, "uvicorn").pid == web.pid
+    assert _supervised(launched, "beat").pid == beat.pid
+    _gone, alive = psutil.wait_procs(pool, timeout=10)
+    assert alive == [], "the killed worker's pool outlived it"
+    assert "console: the worker process was killed by SIGKILL after" in launched.output()
+    assert f"console: the worker process was restarted (pid {restarted.pid})." in launched.output()
+
+    os.kill(web.pid, signal.SIGKILL)
+    _until_green_again(launched, "web")
+    assert _supervised(launched, "uvicorn").pid != web.pid
+
+    launched.process.send_signal(signal.SIGTERM)
+    assert launched.process.wait(timeout=60) == 0
 
 
 def test_unreachable_redis_stops_the_start_with_one_sentence(tmp_path: Path) -> None:
