@@ -76,7 +76,7 @@ def write_snapshot(snapshot: Snapshot, *, workspaces_by_root: bool = True) -> di
             gpus=node.gpus,
             cpu=node.cpu,
             memory_gib=node.memory_gib,
-            state="ready" if node.ready else "down",
+            state="ready" if node.ready else "not_ready",
         )
         for node in snapshot.nodes
     )

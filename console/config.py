@@ -17,6 +17,19 @@ _DATABASE_SCHEMES = {"sqlite", "postgres", "postgresql", "pgsql", "postgis"}
 _REDIS_SCHEMES = {"redis", "rediss", "unix"}
 
 
+# SQLite shared by the web server, the worker and beat (the newcomer's default):
+# - WAL lets readers go on while one writer commits; with the default rollback journal a page
+#   read during a cycle's commit waited, and a commit waited for every reader to finish;
+# - IMMEDIATE takes the write lock when a transaction begins, so two writers queue on the busy
+#   timeout instead of one failing at once with "database is locked" when it upgrades;
+# - synchronous=NORMAL is safe with WAL (a power cut may lose the last commits, never corrupt).
+SQLITE_OPTIONS: dict[str, Any] = {
+    "timeout": 20,
+    "transaction_mode": "IMMEDIATE",
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+}
+
+
 class ConfigError(Exception):
     """A setting from the environment is unusable; the message is for a person."""
 
@@ -27,7 +40,7 @@ def database_config(url: str, var_dir: Path) -> dict[str, Any]:
         return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(var_dir / "console.sqlite3"),
-            "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
+            "OPTIONS": dict(SQLITE_OPTIONS),
         }
     parts = urlsplit(url)
     if parts.scheme not in _DATABASE_SCHEMES:
@@ -47,7 +60,7 @@ def database_config(url: str, var_dir: Path) -> dict[str, Any]:
     del port
     config: dict[str, Any] = environ.Env.db_url_config(url)
     if config["ENGINE"] == "django.db.backends.sqlite3":
-        config.setdefault("OPTIONS", {}).update({"timeout": 20, "transaction_mode": "IMMEDIATE"})
+        config.setdefault("OPTIONS", {}).update(SQLITE_OPTIONS)
     else:
         config["CONN_MAX_AGE"] = 60
         config["CONN_HEALTH_CHECKS"] = True

@@ -138,7 +138,7 @@ class NodeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.action(description="Mark selected nodes down")
     def mark_down(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         for node in queryset:
-            services.set_node_state(actor=request.user, node=node, state="down")
+            services.set_node_state(actor=request.user, node=node, state="not_ready")
 
     @admin.action(description="Mark selected nodes ready")
     def mark_up(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:

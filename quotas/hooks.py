@@ -42,9 +42,7 @@ NodeDeleteGuard = Callable[[Node], str | None]
 QuotaVisibility = Callable[[QuerySet[Quota], AbstractBaseUser | AnonymousUser | None], QuerySet[Quota]]
 
 
-def _signed_in_see_all(
-    quotas: QuerySet[Quota], user: AbstractBaseUser | AnonymousUser | None
-) -> QuerySet[Quota]:
+def _signed_in_see_all(quotas: QuerySet[Quota], user: AbstractBaseUser | AnonymousUser | None) -> QuerySet[Quota]:
     """Before any workspace rules exist: signed-in users read the tree, anonymous users nothing."""
     return quotas if user is not None and user.is_authenticated else quotas.none()
 
@@ -61,6 +59,7 @@ def register_quota_visibility(visibility: QuotaVisibility) -> QuotaVisibility:
 
 def restrict_quotas(quotas: QuerySet[Quota], user: AbstractBaseUser | AnonymousUser | None) -> QuerySet[Quota]:
     return _quota_visibility(quotas, user)
+
 
 _status_provider: StatusProvider | None = None
 _preview_provider: PreviewProvider | None = None

@@ -33,8 +33,23 @@ class ResourcePool(models.Model):
 
 
 class NodeState(models.TextChoices):
+    """AGENT.md's node states: only a ready node takes new placements.
+
+    `not_ready` is a node that is down or whose agent stopped beating; `cordoned` keeps its jobs
+    but takes no new ones; `draining` is cordoned with its jobs being evicted.
+    """
+
     READY = "ready", "Ready"
-    DOWN = "down", "Down"
+    NOT_READY = "not_ready", "Not ready"
+    CORDONED = "cordoned", "Cordoned"
+    DRAINING = "draining", "Draining"
+
+
+class NodeExecutor(models.TextChoices):
+    """Who carries out the scheduler's decisions on a node (simulated and real nodes may mix)."""
+
+    SIMULATED = "simulated", "Simulated"
+    AGENT = "agent", "Node agent"
 
 
 class Node(models.Model):
@@ -46,6 +61,8 @@ class Node(models.Model):
     gpu_model = models.CharField(max_length=100, blank=True, default="")
     labels = models.JSONField(default=dict, blank=True)
     state = models.CharField(max_length=10, choices=NodeState.choices, default=NodeState.READY)
+    executor = models.CharField(max_length=10, choices=NodeExecutor.choices, default=NodeExecutor.SIMULATED)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

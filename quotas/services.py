@@ -20,13 +20,22 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError, Sum
 
-from quotas import audit, hooks, selectors, signals
+from quotas import audit, bounds, hooks, selectors, signals
 from quotas.models import GpuDevice, Node, NodeState, QueuePolicy, Quota, ResourcePool
 
 Actor = AbstractBaseUser | AnonymousUser | None
 
 # (field, unit) of each guaranteed resource; GPUs are always managed, CPU and memory when set.
 RESOURCES: tuple[tuple[str, str], ...] = (("gpus", "GPUs"), ("cpu", "CPU cores"), ("memory_gib", "GiB of memory"))
+# The most a client may ask of each amount of a quota (quotas.bounds).
+_QUOTA_MAXIMA: Mapping[str, float] = {
+    "gpus": bounds.QUOTA_GPUS_MAX,
+    "cpu": bounds.QUOTA_CPU_MAX,
+    "memory_gib": bounds.QUOTA_MEMORY_GIB_MAX,
+    "limit": bounds.QUOTA_GPUS_MAX,
+    "weight": bounds.QUOTA_WEIGHT_MAX,
+}
+_NODE_MAXIMA: Mapping[str, float] = {"cpu": bounds.NODE_CPU_MAX, "memory_gib": bounds.NODE_MEMORY_GIB_MAX}
 # Sums of floats (0.1 + 0.2) must not fail a rule they meet exactly.
 _TOLERANCE = 1e-9
 
@@ -386,8 +395,10 @@ def _check_row(quota: Quota, errors: _Errors) -> None:
     name = quota.name
     if not isinstance(name, str) or not name.strip():
         errors.add("name", "A quota needs a name.")
-    elif len(name) > 100:
-        errors.add("name", f"A quota name has at most 100 characters; {name[:20]}… has {len(name)}.")
+    elif len(name) > bounds.NAME_MAX_LENGTH:
+        errors.add(
+            "name", f"A quota name has at most {bounds.NAME_MAX_LENGTH} characters; {name[:20]}… has {len(name)}."
+        )
     elif name != name.strip():
         errors.add("name", f"The name {name!r} has spaces at its ends.")
     label = name if isinstance(name, str) and name.strip() else "the quota"
@@ -400,6 +411,12 @@ def _check_row(quota: Quota, errors: _Errors) -> None:
         elif amount < 0:
             what = f"{_number(amount)} {unit}".strip()
             errors.add(field, f"{field} of {label} must be at least 0, got {what}.")
+        elif amount > _QUOTA_MAXIMA[field]:
+            errors.add(
+                field,
+                f"{field} of {label} must be at most {bounds.readable(_QUOTA_MAXIMA[field])}, "
+                f"got {bounds.readable(amount)}.",
+            )
     limit, guaranteed = quota.limit, quota.gpus
     if _is_number(limit) and _is_number(guaranteed) and limit is not None and limit < guaranteed - _TOLERANCE:
         errors.add(
@@ -409,10 +426,23 @@ def _check_row(quota: Quota, errors: _Errors) -> None:
         )
     if isinstance(quota.rank, bool) or not isinstance(quota.rank, int):
         errors.add("rank", f"rank of {label} must be a whole number, got {quota.rank!r}.")
+    elif abs(quota.rank) > bounds.QUOTA_RANK_MAX:
+        side = "at most " if quota.rank > 0 else "at least -"
+        errors.add(
+            "rank",
+            f"rank of {label} must be {side}{bounds.readable(bounds.QUOTA_RANK_MAX)}, "
+            f"got {bounds.readable(quota.rank)}.",
+        )
     runtime = quota.min_runtime_seconds
     if runtime is not None and (isinstance(runtime, bool) or not isinstance(runtime, int) or runtime < 0):
         errors.add(
             "min_runtime_seconds", f"min_runtime_seconds of {label} must be a whole number ≥ 0, got {runtime!r}."
+        )
+    elif runtime is not None and runtime > bounds.MIN_RUNTIME_SECONDS_MAX:
+        errors.add(
+            "min_runtime_seconds",
+            f"min_runtime_seconds of {label} must be at most {bounds.readable(bounds.MIN_RUNTIME_SECONDS_MAX)} "
+            f"(a year), got {bounds.readable(runtime)}.",
         )
     if quota.queue_policy not in QueuePolicy.values:
         errors.add(
@@ -1040,23 +1070,64 @@ def _check_node(node: Node, errors: _Errors) -> None:
     name = node.name
     if not isinstance(name, str) or not name.strip():
         errors.add("name", "A node needs a name.")
-    elif len(name) > 100:
-        errors.add("name", f"A node name has at most 100 characters; {name[:20]}… has {len(name)}.")
+    elif len(name) > bounds.NAME_MAX_LENGTH:
+        errors.add(
+            "name", f"A node name has at most {bounds.NAME_MAX_LENGTH} characters; {name[:20]}… has {len(name)}."
+        )
     label = name if isinstance(name, str) and name.strip() else "the node"
     if isinstance(node.gpus, bool) or not isinstance(node.gpus, int) or node.gpus < 0:
         errors.add("gpus", f"gpus of {label} must be a whole number of devices ≥ 0, got {node.gpus!r}.")
+    elif node.gpus > bounds.NODE_GPUS_MAX:
+        # Checked before any device is built: one row per GPU is what made 10^9 GPUs take 23 GB.
+        errors.add(
+            "gpus",
+            f"gpus of {label} must be at most {bounds.NODE_GPUS_MAX} (the most a node holds), "
+            f"got {bounds.readable(node.gpus)}.",
+        )
     for field in ("cpu", "memory_gib"):
         amount = getattr(node, field)
         if not _is_number(amount):
             errors.add(field, f"{field} of {label} must be a number, got {amount!r}.")
         elif amount < 0:
             errors.add(field, f"{field} of {label} must be at least 0, got {_number(amount)}.")
+        elif amount > _NODE_MAXIMA[field]:
+            errors.add(
+                field,
+                f"{field} of {label} must be at most {bounds.readable(_NODE_MAXIMA[field])}, "
+                f"got {bounds.readable(amount)}.",
+            )
     if not isinstance(node.gpu_model, str):
         errors.add("gpu_model", f"gpu_model of {label} must be text, got {node.gpu_model!r}.")
+    elif len(node.gpu_model) > bounds.GPU_MODEL_MAX_LENGTH:
+        errors.add(
+            "gpu_model",
+            f"gpu_model of {label} has at most {bounds.GPU_MODEL_MAX_LENGTH} characters, got {len(node.gpu_model)}.",
+        )
     if not isinstance(node.labels, dict):
         errors.add("labels", f"labels of {label} must be a mapping of names to values, got {node.labels!r}.")
+    else:
+        _check_labels(node.labels, label, errors)
     if node.state not in NodeState.values:
         errors.add("state", f"state {node.state!r} of {label} is not one of {', '.join(NodeState.values)}.")
+
+
+def _check_labels(labels: dict[str, Any], label: str, errors: _Errors) -> None:
+    if len(labels) > bounds.NODE_LABELS_MAX:
+        errors.add("labels", f"labels of {label} hold at most {bounds.NODE_LABELS_MAX} entries, got {len(labels)}.")
+        return
+    for key, value in labels.items():
+        if len(key) > bounds.LABEL_KEY_MAX_LENGTH:
+            errors.add(
+                "labels",
+                f"a label name of {label} has at most {bounds.LABEL_KEY_MAX_LENGTH} characters; "
+                f"{key[:20]}… has {len(key)}.",
+            )
+        elif len(str(value)) > bounds.LABEL_VALUE_MAX_LENGTH:
+            errors.add(
+                "labels",
+                f"the label {key!r} of {label} has at most {bounds.LABEL_VALUE_MAX_LENGTH} characters, "
+                f"got {len(str(value))}.",
+            )
 
 
 def _sync_devices(node: Node) -> None:
@@ -1301,7 +1372,9 @@ def update_node(
                 _sync_devices(current)
                 action = "node.update"
                 if changed_fields == ["state"]:
-                    action = "node.down" if current.state == NodeState.DOWN else "node.up"
+                    action = {NodeState.NOT_READY: "node.down", NodeState.READY: "node.up"}.get(
+                        NodeState(current.state), f"node.{current.state}"
+                    )
                 audit.record(
                     actor=actor,
                     action=action,
@@ -1405,6 +1478,9 @@ def expand_node_entries(entries: object) -> list[dict[str, Any]]:
                 continue
             seen[node_name] = where
             spec = {key: value for key, value in entry.items() if key != "count"}
+            if spec.get("state") == "down":
+                # Inventory files written before the agent's states say `down` for not ready.
+                spec["state"] = NodeState.NOT_READY
             spec["name"] = node_name
             spec["_entry"] = label
             specs.append(spec)

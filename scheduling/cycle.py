@@ -26,6 +26,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
+from quotas.bounds import readable
 from scheduling import bulk, engine, events
 from scheduling.clock import get_clock
 from scheduling.engine import types as engine_types
@@ -488,7 +489,9 @@ class _Commit:
                     return f"node {name} has no device {device}"
                 taken = self.used[(node_id, device)] + trial[(node_id, device)]
                 if taken + share > 1 + _EPSILON:
-                    return f"device {name}/{device} is taken ({taken:g} of 1 used, {share:g} more asked)"
+                    return (
+                        f"device {name}/{device} is taken ({readable(taken)} of 1 used, {readable(share)} more asked)"
+                    )
                 trial[(node_id, device)] += share
         return None
 
@@ -599,7 +602,7 @@ class _Commit:
             at=self.now,
             rule=decision.rule,
             beneficiary_id=beneficiary_pk,
-            message=decision.reason or f"gave up {len(doomed)} replica(s), {removed_gpus:g} GPUs",
+            message=decision.reason or f"gave up {len(doomed)} replica(s), {readable(removed_gpus)} GPUs",
         )
         self.applied.decisions.append(
             {
@@ -644,7 +647,7 @@ class _Commit:
                 self.now,
                 "",
                 None,
-                f"{len(placements)} replica(s), {gpus:g} GPUs on {', '.join(nodes)}",
+                f"{len(placements)} replica(s), {readable(gpus)} GPUs on {', '.join(nodes)}",
             )
         )
         self.applied.admitted += 1
@@ -749,7 +752,7 @@ class _Commit:
             job_id=seen.pk,
             kind=JobEventKind.GROWN,
             at=self.now,
-            message=f"+{len(placements)} replica(s), {gpus:g} GPUs on {', '.join(nodes)}",
+            message=f"+{len(placements)} replica(s), {readable(gpus)} GPUs on {', '.join(nodes)}",
         )
         self.applied.decisions.append(
             {

@@ -839,7 +839,7 @@ class ScenarioRunner:
             quota_services.update_quota(actor=actor, quota=self.quota(step.quota), **dict(step.changes))
         elif isinstance(step, NodeStateStep):
             node = Node.objects.get(pk=self.nodes[step.node].pk)
-            state = NodeState.DOWN if step.action == "node_down" else NodeState.READY
+            state = NodeState.NOT_READY if step.action == "node_down" else NodeState.READY
             quota_services.set_node_state(actor=actor, node=node, state=state)
 
     def submission(self, spec: JobSpec) -> job_services.JobSubmission:

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
-from quotas import audit
+from quotas import audit, bounds
 from quotas import hooks as quota_hooks
 from quotas.models import Quota
 from scheduling import engine, events, lifecycle, triggers
@@ -71,7 +72,7 @@ class DryRun:
 
 
 def _number(amount: float) -> str:
-    return f"{amount:g}"
+    return bounds.readable(amount)
 
 
 def validate_job_shape(
@@ -86,23 +87,33 @@ def validate_job_shape(
     memory_gib: float,
     duration: float | None,
     grace_seconds: float,
+    command: str = "",
 ) -> None:
     """The per-job rules of API.md, all at once so one 400 lists every field that is wrong."""
     errors: dict[str, str] = {}
     if not name.strip():
         errors["name"] = "a job needs a name"
-    elif len(name) > 200:
-        errors["name"] = f"at most 200 characters, got {len(name)}"
+    elif len(name) > bounds.JOB_NAME_MAX_LENGTH:
+        errors["name"] = f"at most {bounds.JOB_NAME_MAX_LENGTH} characters, got {len(name)}"
     if kind not in JobKind.values:
         errors["kind"] = f"unknown kind {kind!r}; one of {', '.join(JobKind.values)}"
     if not math.isfinite(gpus) or gpus <= 0:
         errors["gpus"] = f"gpus per replica must be above 0, got {_number(gpus)}"
+    elif gpus > bounds.JOB_GPUS_MAX:
+        errors["gpus"] = f"gpus per replica must be at most {_number(bounds.JOB_GPUS_MAX)}, got {_number(gpus)}"
+    elif bounds.decimals(gpus) > bounds.JOB_GPU_DECIMALS:
+        errors["gpus"] = (
+            f"a fraction of a GPU has at most {bounds.JOB_GPU_DECIMALS} decimals (0.001 is the finest share), "
+            f"got {gpus!r}"
+        )
     elif gpus > 1 and not float(gpus).is_integer():
         errors["gpus"] = (
             f"a fraction of a GPU must be below 1 (one device shared); above 1 ask whole GPUs, got {_number(gpus)}"
         )
     if replicas < 1:
         errors["replicas"] = f"replicas must be at least 1, got {replicas}"
+    elif replicas > bounds.JOB_REPLICAS_MAX:
+        errors["replicas"] = f"replicas must be at most {_number(bounds.JOB_REPLICAS_MAX)}, got {_number(replicas)}"
     if min_replicas is not None:
         if min_replicas < 1:
             errors["min_replicas"] = f"min_replicas must be at least 1, got {min_replicas}"
@@ -110,13 +121,27 @@ def validate_job_shape(
             errors["min_replicas"] = (
                 f"replicas {replicas} < min_replicas {min_replicas}: min_replicas must be ≤ replicas"
             )
+    if len(command) > bounds.COMMAND_MAX_LENGTH:
+        errors["command"] = (
+            f"a command has at most {_number(bounds.COMMAND_MAX_LENGTH)} characters, got {len(command):,}"
+        )
     if not 1 <= priority <= 9:
         errors["priority"] = f"priority must be between 1 and 9, got {priority}"
-    for field_name, amount in (("cpu", cpu), ("memory_gib", memory_gib), ("grace_seconds", grace_seconds)):
+    for field_name, amount, most in (
+        ("cpu", cpu, bounds.JOB_CPU_MAX),
+        ("memory_gib", memory_gib, bounds.JOB_MEMORY_GIB_MAX),
+        ("grace_seconds", grace_seconds, bounds.GRACE_SECONDS_MAX),
+    ):
         if not math.isfinite(amount) or amount < 0:
             errors[field_name] = f"{field_name} must be 0 or more, got {_number(amount)}"
+        elif amount > most:
+            errors[field_name] = f"{field_name} must be at most {_number(most)}, got {_number(amount)}"
     if duration is not None and (not math.isfinite(duration) or duration < 0):
         errors["duration"] = f"duration must be 0 or more seconds (or none), got {_number(duration)}"
+    elif duration is not None and duration > bounds.JOB_DURATION_MAX:
+        errors["duration"] = (
+            f"duration must be at most {_number(bounds.JOB_DURATION_MAX)} seconds (a year), got {_number(duration)}"
+        )
     if errors:
         raise ValidationError(errors)
 
@@ -284,6 +309,7 @@ def _new_job(actor: Actor, submission: JobSubmission, now: datetime) -> Job:
         memory_gib=submission.memory_gib,
         duration=submission.duration,
         grace_seconds=submission.grace_seconds,
+        command=submission.command,
     )
     return Job(  # type: ignore[misc]  # a signed-in actor is a User
         **{**submission.shape(), "priority": priority, "preemptible": preemptible},
@@ -514,10 +540,35 @@ def is_final(job: Job) -> bool:
     return job.state in FINAL_STATES
 
 
+@dataclass(frozen=True, slots=True)
+class ManualCycle:
+    """The answer to "run a cycle now": the cycle's outcome, and whether, the lock being busy,
+    one was queued instead (the running cycle or the queued one will see every change)."""
+
+    outcome: CycleOutcome
+    queued: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.outcome.as_dict(), "queued": self.queued}
+
+
+def run_cycle_now(*, trigger: str) -> ManualCycle:
+    """A cycle for a person waiting on an answer: it waits for the lock at most
+    SCHEDULER_API_LOCK_WAIT_SECONDS (a second by default), then queues one rather than hang."""
+    wait = float(getattr(settings, "SCHEDULER_API_LOCK_WAIT_SECONDS", 1.0))
+    outcome = run_cycle(trigger=trigger, wait_seconds=wait)
+    # Only a queue can take the request; inline mode would run it here and wait on the lock again.
+    queued = outcome.refused == "lock_busy" and triggers.trigger_mode() == "celery"
+    if queued:
+        triggers.request_cycle(trigger)  # False when one is queued already, which serves as well
+    return ManualCycle(outcome=outcome, queued=queued)
+
+
 __all__ = [
     "CycleOutcome",
     "DryRun",
     "JobSubmission",
+    "ManualCycle",
     "SubmitPreview",
     "cancel_job",
     "converge",
@@ -525,6 +576,7 @@ __all__ = [
     "finish_job",
     "release_jobs_on_down_node",
     "run_cycle",
+    "run_cycle_now",
     "submit_job",
     "submit_jobs",
     "validate_job_shape",

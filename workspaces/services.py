@@ -18,7 +18,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import ProtectedError
 
-from quotas import audit
+from quotas import audit, bounds
 from quotas.models import Quota
 from workspaces.models import (
     CAPABILITIES,
@@ -62,8 +62,7 @@ class RuleSpec(TypedDict, total=False):
 def create_workspace(*, actor: Actor, name: str, description: str = "", quotas: Iterable[Quota] = ()) -> Workspace:
     _require_platform_admin(actor, "create workspaces")
     name = name.strip()
-    if not name:
-        raise ValidationError({"name": "A workspace needs a name."})
+    _check_workspace_text(name=name, description=description)
     if Workspace.objects.filter(name=name).exists():
         raise ValidationError({"name": f"A workspace named {name!r} already exists."})
     workspace = Workspace.objects.create(name=name, description=description)
@@ -100,11 +99,11 @@ def update_workspace(
         _require_platform_admin(actor, "rename workspaces or bind quotas to them")
     if description is not None and description != workspace.description:
         _require(actor, "manage", workspace)
+        _check_workspace_text(name=None, description=description)
         workspace.description = description
     if renamed and name is not None:
         name = name.strip()
-        if not name:
-            raise ValidationError({"name": "A workspace needs a name."})
+        _check_workspace_text(name=name, description=None)
         if Workspace.objects.filter(name=name).exclude(pk=workspace.pk).exists():
             raise ValidationError({"name": f"A workspace named {name!r} already exists."})
         workspace.name = name
@@ -257,6 +256,10 @@ def create_custom_role(*, actor: Actor, workspace: Workspace, name: str, permiss
     name = name.strip()
     if not name:
         raise ValidationError({"name": "A role needs a name."})
+    if len(name) > bounds.NAME_MAX_LENGTH:
+        raise ValidationError(
+            {"name": f"A role name has at most {bounds.NAME_MAX_LENGTH} characters, got {len(name)}."}
+        )
     if name in ROLE_PERMISSIONS:
         raise ValidationError({"name": f"{name!r} is a basic role; pick another name for a custom role."})
     if CustomRole.objects.filter(workspace=workspace, name=name).exists():
@@ -404,6 +407,8 @@ def scheduling_config(workspace: Workspace) -> list[dict[str, Any]]:
 def _resolve_rules(
     workspace: Workspace, rules: Sequence[RuleSpec]
 ) -> list[tuple[RuleSpec, Quota, list[AbstractBaseUser]]]:
+    if len(rules) > bounds.RULES_MAX:
+        raise ValidationError({"rules": f"a workspace has at most {bounds.RULES_MAX} rules, got {len(rules)}"})
     bound = {quota.name: quota for quota in workspace.quotas.all()}
     known_roles = set(ROLE_PERMISSIONS) | set(workspace.custom_roles.values_list("name", flat=True))
     usernames = {name for spec in rules for name in spec.get("authorized_users", [])}
@@ -426,6 +431,13 @@ def _resolve_rules(
                 )
             elif role == BasicRole.VISITOR:
                 errors[f"{at}.roles"] = "visitors read only; they cannot be allowed to use a quota"
+        for field, given, most in (
+            ("roles", len(spec.get("roles", [])), bounds.RULE_ROLES_MAX),
+            ("authorized_users", len(spec.get("authorized_users", [])), bounds.RULE_USERS_MAX),
+            ("caps", len(spec.get("caps", [])), bounds.RULE_CAPS_MAX),
+        ):
+            if given > most:
+                errors[f"{at}.{field}"] = f"a rule lists at most {most} {field.replace('_', ' ')}, got {given}"
         unknown_users = [name for name in spec.get("authorized_users", []) if name not in users]
         if unknown_users:
             errors[f"{at}.authorized_users"] = f"unknown users: {', '.join(sorted(unknown_users))}"
@@ -453,10 +465,28 @@ def _cap_errors(at: str, cap: CapSpec) -> dict[str, str]:
         ("max_gpus_per_user", cap.get("max_gpus_per_user")),
     ):
         if amount is not None and amount < 0:
-            errors[f"{at}.{field}"] = f"{field} must be at least 0, got {amount:g}"
+            errors[f"{at}.{field}"] = f"{field} must be at least 0, got {bounds.readable(amount)}"
+        elif amount is not None and amount > bounds.CAP_GPUS_MAX:
+            errors[f"{at}.{field}"] = (
+                f"{field} must be at most {bounds.readable(bounds.CAP_GPUS_MAX)}, got {bounds.readable(amount)}"
+            )
     if cap.get("max_gpus_per_job") is None and cap.get("max_gpus_per_user") is None:
         errors[f"{at}.max_gpus_per_job"] = "a cap needs max_gpus_per_job, max_gpus_per_user or both"
     return errors
+
+
+def _check_workspace_text(*, name: str | None, description: str | None) -> None:
+    errors: dict[str, str] = {}
+    if name is not None and not name:
+        errors["name"] = "A workspace needs a name."
+    elif name is not None and len(name) > bounds.NAME_MAX_LENGTH:
+        errors["name"] = f"A workspace name has at most {bounds.NAME_MAX_LENGTH} characters, got {len(name)}."
+    if description is not None and len(description) > bounds.DESCRIPTION_MAX_LENGTH:
+        errors["description"] = (
+            f"A description has at most {bounds.DESCRIPTION_MAX_LENGTH:,} characters, got {len(description):,}."
+        )
+    if errors:
+        raise ValidationError(errors)
 
 
 def _validate_role(workspace: Workspace, role: str) -> None:
@@ -469,6 +499,10 @@ def _validate_role(workspace: Workspace, role: str) -> None:
 
 
 def _validate_capabilities(permissions: Sequence[str]) -> list[str]:
+    if len(permissions) > bounds.ROLE_PERMISSIONS_MAX:
+        raise ValidationError(
+            {"permissions": f"a role lists at most {bounds.ROLE_PERMISSIONS_MAX} permissions, got {len(permissions)}"}
+        )
     unknown = [permission for permission in permissions if permission not in CAPABILITIES]
     if unknown:
         raise ValidationError(

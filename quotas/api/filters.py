@@ -2,27 +2,64 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import django_filters
+from django import forms
+from django.db import models
 
 from quotas.models import AuditRecord, Node, Quota
 
 
-class QuotaFilter(django_filters.FilterSet):  # type: ignore[misc]
+class StrictBooleanFilter(django_filters.BooleanFilter):  # type: ignore[misc]
+    """`true` or `false`, as the schema says; django-filter's own reads `null` or `maybe` as
+    "no filter" and answers the whole list, hiding the client's mistake."""
+
+    field_class = forms.TypedChoiceField
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("choices", [("true", "true"), ("false", "false")])
+        kwargs.setdefault("coerce", lambda value: value == "true")
+        kwargs.setdefault("empty_value", None)
+        super().__init__(*args, **kwargs)
+
+
+class IntegerFilter(django_filters.NumberFilter):  # type: ignore[misc]
+    """A whole number, as the schema says (django-filter's NumberFilter takes 0.5)."""
+
+    field_class = forms.IntegerField
+
+
+class StrictFilterSet(django_filters.FilterSet):  # type: ignore[misc]
+    """The base of every API filter: values the schema does not allow are a 400, not ignored."""
+
+    FILTER_DEFAULTS = {
+        **django_filters.FilterSet.FILTER_DEFAULTS,
+        models.BooleanField: {"filter_class": StrictBooleanFilter},
+        models.IntegerField: {"filter_class": IntegerFilter},
+        models.PositiveIntegerField: {"filter_class": IntegerFilter},
+        models.PositiveSmallIntegerField: {"filter_class": IntegerFilter},
+        models.SmallIntegerField: {"filter_class": IntegerFilter},
+        models.BigIntegerField: {"filter_class": IntegerFilter},
+    }
+
+
+class QuotaFilter(StrictFilterSet):
     parent = django_filters.CharFilter(field_name="parent__name", help_text="The parent's name.")
-    root = django_filters.BooleanFilter(field_name="parent", lookup_expr="isnull", help_text="Only roots (true).")
+    root = StrictBooleanFilter(field_name="parent", lookup_expr="isnull", help_text="Only roots (true).")
 
     class Meta:
         model = Quota
         fields = ["name", "parent", "root", "queue_policy", "child_preemption", "same_level_preemption", "rank"]
 
 
-class NodeFilter(django_filters.FilterSet):  # type: ignore[misc]
+class NodeFilter(StrictFilterSet):
     class Meta:
         model = Node
         fields = ["name", "state", "gpu_model"]
 
 
-class AuditRecordFilter(django_filters.FilterSet):  # type: ignore[misc]
+class AuditRecordFilter(StrictFilterSet):
     actor = django_filters.CharFilter(field_name="actor__username", help_text="The actor's username.")
     object = django_filters.CharFilter(field_name="object_repr", help_text="The object's name.")
 

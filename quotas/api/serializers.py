@@ -5,16 +5,42 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from quotas import selectors
+from quotas import bounds, selectors
 from quotas.hooks import QuotaStatus
 from quotas.models import AuditRecord, Node, Quota
 
 
-@extend_schema_field(OpenApiTypes.STR)
+def within(field: str, most: float, *, least: float | None = 0) -> dict[str, Any]:
+    """Keyword arguments for a number field that publish a bound (quotas.bounds) in the schema
+    and refuse beyond it with a sentence naming the field and the bound."""
+    # DRF formats {max_value} itself; Django's validator then fills %(value)s with what was sent.
+    limits: dict[str, Any] = {
+        "max_value": most,
+        "error_messages": {"max_value": f"{field} must be at most {bounds.readable(most)}, got %(value)s."},
+    }
+    if least is not None:
+        limits["min_value"] = least
+        limits["error_messages"]["min_value"] = f"{field} must be at least {bounds.readable(least)}, got %(value)s."
+    return limits
+
+
+def text(field: str, most: int, *, blank: bool = False) -> dict[str, Any]:
+    """Keyword arguments for a text field: at most `most` characters, and not blank unless allowed
+    (the schema then says `minLength: 1`, which the services enforce anyway)."""
+    limits: dict[str, Any] = {
+        "max_length": most,
+        "error_messages": {"max_length": f"{field} has at most {most:,} characters."},
+    }
+    if not blank:
+        limits["min_length"] = 1
+        limits["error_messages"]["min_length"] = f"{field} must not be empty."
+    return limits
+
+
+@extend_schema_field({"type": "string", "minLength": 1, "maxLength": bounds.NAME_MAX_LENGTH})
 class QuotaNameField(serializers.SlugRelatedField[Quota]):
     """A quota referred to by its unique name, looked up among the quotas the user may see."""
 
@@ -77,7 +103,16 @@ class QuotaSerializer(serializers.ModelSerializer[Quota]):
         ]
         read_only_fields = ["id"]
         # Uniqueness is a rule of the service, which names the clash; the API does not pre-empt it.
-        extra_kwargs: dict[str, dict[str, Any]] = {"name": {"validators": []}}
+        extra_kwargs: dict[str, dict[str, Any]] = {
+            "name": {"validators": [], **text("name", bounds.NAME_MAX_LENGTH)},
+            "gpus": within("gpus", bounds.QUOTA_GPUS_MAX),
+            "cpu": within("cpu", bounds.QUOTA_CPU_MAX),
+            "memory_gib": within("memory_gib", bounds.QUOTA_MEMORY_GIB_MAX),
+            "limit": within("limit", bounds.QUOTA_GPUS_MAX),
+            "weight": within("weight", bounds.QUOTA_WEIGHT_MAX),
+            "rank": within("rank", bounds.QUOTA_RANK_MAX, least=-bounds.QUOTA_RANK_MAX),
+            "min_runtime_seconds": within("min_runtime_seconds", bounds.MIN_RUNTIME_SECONDS_MAX),
+        }
 
     def to_representation(self, quota: Quota) -> dict[str, Any]:
         """Plain attribute reads: DRF's per-field dispatch cost ~0.2 ms a row, most of a 1,000-row list."""
@@ -110,9 +145,9 @@ class QuotaSerializer(serializers.ModelSerializer[Quota]):
 
 
 class ScaleSerializer(serializers.Serializer[dict[str, Any]]):
-    gpus = serializers.FloatField(required=False)
-    cpu = serializers.FloatField(required=False)
-    memory_gib = serializers.FloatField(required=False)
+    gpus = serializers.FloatField(required=False, **within("gpus", bounds.QUOTA_GPUS_MAX))
+    cpu = serializers.FloatField(required=False, **within("cpu", bounds.QUOTA_CPU_MAX))
+    memory_gib = serializers.FloatField(required=False, **within("memory_gib", bounds.QUOTA_MEMORY_GIB_MAX))
     dry_run = serializers.BooleanField(required=False, default=False)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -128,9 +163,11 @@ class TransferSerializer(serializers.Serializer[dict[str, Any]]):
         return {
             "from": QuotaNameField(),
             "to": QuotaNameField(),
-            "gpus": serializers.FloatField(required=False, default=0),
-            "cpu": serializers.FloatField(required=False, default=0),
-            "memory_gib": serializers.FloatField(required=False, default=0),
+            "gpus": serializers.FloatField(required=False, default=0, **within("gpus", bounds.QUOTA_GPUS_MAX)),
+            "cpu": serializers.FloatField(required=False, default=0, **within("cpu", bounds.QUOTA_CPU_MAX)),
+            "memory_gib": serializers.FloatField(
+                required=False, default=0, **within("memory_gib", bounds.QUOTA_MEMORY_GIB_MAX)
+            ),
             "dry_run": serializers.BooleanField(required=False, default=False),
         }
 
@@ -154,14 +191,52 @@ class DryRunResultSerializer(serializers.Serializer[dict[str, Any]]):
     preview = DryRunPreviewSerializer(allow_null=True)
 
 
+@extend_schema_field(
+    {
+        "type": "object",
+        "maxProperties": bounds.NODE_LABELS_MAX,
+        "additionalProperties": {"type": "string", "maxLength": bounds.LABEL_VALUE_MAX_LENGTH},
+    }
+)
+class LabelsField(serializers.DictField):
+    """A node's labels: a small mapping of names to text (the service checks the same sizes)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(
+            child=serializers.CharField(allow_blank=True, **text("a label", bounds.LABEL_VALUE_MAX_LENGTH, blank=True)),
+            **kwargs,
+        )
+
+    def to_internal_value(self, value: Any) -> dict[str, Any]:
+        if isinstance(value, dict) and len(value) > bounds.NODE_LABELS_MAX:
+            raise serializers.ValidationError(
+                f"labels hold at most {bounds.NODE_LABELS_MAX} entries, got {len(value)}."
+            )
+        labels: dict[str, Any] = super().to_internal_value(value)
+        too_long = [key for key in labels if len(key) > bounds.LABEL_KEY_MAX_LENGTH]
+        if too_long:
+            raise serializers.ValidationError(
+                f"a label name has at most {bounds.LABEL_KEY_MAX_LENGTH} characters; "
+                f"{too_long[0][:20]}… has {len(too_long[0])}."
+            )
+        return labels
+
+
 class NodeSerializer(serializers.ModelSerializer[Node]):
+    labels = LabelsField(required=False)
     dry_run = serializers.BooleanField(write_only=True, required=False, default=False)
 
     class Meta:
         model = Node
         fields = ["id", "name", "gpus", "cpu", "memory_gib", "gpu_model", "labels", "state", "dry_run"]
         read_only_fields = ["id"]
-        extra_kwargs: dict[str, dict[str, Any]] = {"name": {"validators": []}}
+        extra_kwargs: dict[str, dict[str, Any]] = {
+            "name": {"validators": [], **text("name", bounds.NAME_MAX_LENGTH)},
+            "gpus": within("gpus", bounds.NODE_GPUS_MAX),
+            "cpu": within("cpu", bounds.NODE_CPU_MAX),
+            "memory_gib": within("memory_gib", bounds.NODE_MEMORY_GIB_MAX),
+            "gpu_model": text("gpu_model", bounds.GPU_MODEL_MAX_LENGTH, blank=True),
+        }
 
 
 class DryRunFlagSerializer(serializers.Serializer[dict[str, Any]]):
@@ -169,7 +244,9 @@ class DryRunFlagSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class AuditRecordSerializer(serializers.ModelSerializer[AuditRecord]):
-    actor: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    actor: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True, help_text="None: the system (scenarios, the scheduler)."
+    )
     object = serializers.CharField(source="object_repr", read_only=True)
 
     class Meta:

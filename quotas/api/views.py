@@ -6,11 +6,12 @@ from typing import Any
 
 from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import Serializer
 
 from quotas import selectors, services
 from quotas.api.filters import AuditRecordFilter, NodeFilter, QuotaFilter
@@ -30,22 +31,28 @@ from quotas.models import AuditRecord, Node, NodeState, Quota
 DRY_RUN_PARAMETER = OpenApiParameter(
     "dry_run", OpenApiTypes.BOOL, description="Validate and preview only; nothing changes. Also accepted in the body."
 )
-_TRUE = {"1", "true", "yes", "on"}
 
 
 def _dry_run(request: Request, validated: dict[str, Any]) -> bool:
     """`dry_run` from the body, or from the query string (the only place a DELETE can carry it)."""
     from_body = bool(validated.pop("dry_run", False))
-    return from_body or request.query_params.get("dry_run", "").lower() in _TRUE
+    return _query_dry_run(request) or from_body
 
 
 def _query_dry_run(request: Request) -> bool:
+    """`?dry_run=` is true or false; anything else (`null`, `maybe`) is a 400, not a real write."""
     serializer = DryRunFlagSerializer(data={"dry_run": request.query_params.get("dry_run", False)})
     serializer.is_valid(raise_exception=True)
     return bool(serializer.validated_data["dry_run"])
 
 
-@extend_schema(parameters=[DRY_RUN_PARAMETER])
+def _or_dry_run(serializer: type[Serializer[Any]], name: str) -> PolymorphicProxySerializer:
+    """The answer of a write that takes `dry_run`: the object, or `{valid, errors, preview}`."""
+    return PolymorphicProxySerializer(
+        component_name=name, serializers=[serializer, DryRunResultSerializer], resource_type_field_name=None
+    )
+
+
 class QuotaViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
     """The quota tree. Platform admins write; signed-in users read what they may see."""
 
@@ -59,7 +66,7 @@ class QuotaViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
     def _represent(self, quota: Quota, *, status_code: int = status.HTTP_200_OK) -> Response:
         return Response(QuotaSerializer(quota, context=self.get_serializer_context()).data, status=status_code)
 
-    @extend_schema(responses={201: QuotaSerializer, 200: DryRunResultSerializer})
+    @extend_schema(parameters=[DRY_RUN_PARAMETER], responses={201: QuotaSerializer, 200: DryRunResultSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -70,7 +77,7 @@ class QuotaViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
             return self._represent(outcome, status_code=status.HTTP_201_CREATED)
         return Response(outcome)
 
-    @extend_schema(responses={200: QuotaSerializer})
+    @extend_schema(parameters=[DRY_RUN_PARAMETER], responses={200: _or_dry_run(QuotaSerializer, "QuotaOrDryRun")})
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         quota = self.get_object()
         serializer = self.get_serializer(quota, data=request.data, partial=kwargs.get("partial", False))
@@ -82,7 +89,7 @@ class QuotaViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
             return self._represent(outcome)
         return Response(outcome)
 
-    @extend_schema(responses={204: None, 200: DryRunResultSerializer})
+    @extend_schema(parameters=[DRY_RUN_PARAMETER], responses={204: None, 200: DryRunResultSerializer})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         quota = self.get_object()
         outcome = services.delete_quota(actor=request.user, quota=quota, dry_run=_query_dry_run(request))
@@ -90,7 +97,11 @@ class QuotaViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
             return Response(status=status.HTTP_204_NO_CONTENT)
         return Response(outcome)
 
-    @extend_schema(request=ScaleSerializer, responses={200: QuotaSerializer})
+    @extend_schema(
+        request=ScaleSerializer,
+        parameters=[DRY_RUN_PARAMETER],
+        responses={200: _or_dry_run(QuotaSerializer, "QuotaOrDryRun")},
+    )
     @action(detail=True, methods=["post"])
     def scale(self, request: Request, pk: str | None = None) -> Response:
         """Set new guarantees; up needs room in the parent, down is allowed down to what the children hold."""
@@ -104,7 +115,11 @@ class QuotaViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
             return self._represent(outcome)
         return Response(outcome)
 
-    @extend_schema(request=TransferSerializer, responses={200: TransferResultSerializer})
+    @extend_schema(
+        request=TransferSerializer,
+        parameters=[DRY_RUN_PARAMETER],
+        responses={200: _or_dry_run(TransferResultSerializer, "TransferOrDryRun")},
+    )
     @action(detail=False, methods=["post"])
     def transfer(self, request: Request) -> Response:
         """Move guarantee between two siblings in one step."""
@@ -121,7 +136,6 @@ class QuotaViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
         return Response(outcome)
 
 
-@extend_schema(parameters=[DRY_RUN_PARAMETER])
 class NodeViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
     """The inventory. Platform admins write; signed-in users read."""
 
@@ -135,7 +149,7 @@ class NodeViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
     def _represent(self, node: Node, *, status_code: int = status.HTTP_200_OK) -> Response:
         return Response(NodeSerializer(node, context=self.get_serializer_context()).data, status=status_code)
 
-    @extend_schema(responses={201: NodeSerializer, 200: DryRunResultSerializer})
+    @extend_schema(parameters=[DRY_RUN_PARAMETER], responses={201: NodeSerializer, 200: DryRunResultSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -146,6 +160,7 @@ class NodeViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
             return self._represent(outcome, status_code=status.HTTP_201_CREATED)
         return Response(outcome)
 
+    @extend_schema(parameters=[DRY_RUN_PARAMETER], responses={200: _or_dry_run(NodeSerializer, "NodeOrDryRun")})
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         node = self.get_object()
         serializer = self.get_serializer(node, data=request.data, partial=kwargs.get("partial", False))
@@ -157,7 +172,7 @@ class NodeViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
             return self._represent(outcome)
         return Response(outcome)
 
-    @extend_schema(responses={204: None, 200: DryRunResultSerializer})
+    @extend_schema(parameters=[DRY_RUN_PARAMETER], responses={204: None, 200: DryRunResultSerializer})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         outcome = services.delete_node(actor=request.user, node=self.get_object(), dry_run=_query_dry_run(request))
         if outcome is None:
@@ -173,13 +188,21 @@ class NodeViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
             return self._represent(outcome)
         return Response(outcome)
 
-    @extend_schema(request=DryRunFlagSerializer, responses={200: NodeSerializer})
+    @extend_schema(
+        request=DryRunFlagSerializer,
+        parameters=[DRY_RUN_PARAMETER],
+        responses={200: _or_dry_run(NodeSerializer, "NodeOrDryRun")},
+    )
     @action(detail=True, methods=["post"])
     def down(self, request: Request, pk: str | None = None) -> Response:
         """Take the node out of placement; guarantees still count it."""
-        return self._set_state(request, NodeState.DOWN)
+        return self._set_state(request, NodeState.NOT_READY)
 
-    @extend_schema(request=DryRunFlagSerializer, responses={200: NodeSerializer})
+    @extend_schema(
+        request=DryRunFlagSerializer,
+        parameters=[DRY_RUN_PARAMETER],
+        responses={200: _or_dry_run(NodeSerializer, "NodeOrDryRun")},
+    )
     @action(detail=True, methods=["post"])
     def up(self, request: Request, pk: str | None = None) -> Response:
         return self._set_state(request, NodeState.READY)

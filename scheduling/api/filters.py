@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import django_filters
 
+from quotas.api.filters import StrictFilterSet
 from scheduling.models import Job
 
 
-class JobFilter(django_filters.FilterSet):  # type: ignore[misc]
+class JobFilter(StrictFilterSet):
     quota = django_filters.CharFilter(field_name="quota__name", help_text="The quota's name.")
     workspace = django_filters.CharFilter(field_name="workspace__name", help_text="The workspace's name.")
     owner = django_filters.CharFilter(field_name="owner__username", help_text="The owner's username.")

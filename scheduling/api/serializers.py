@@ -6,6 +6,8 @@ from typing import Any
 
 from rest_framework import serializers
 
+from quotas import bounds
+from quotas.api.serializers import text, within
 from scheduling.models import Job, JobEvent, JobKind
 
 
@@ -14,7 +16,9 @@ class JobSerializer(serializers.ModelSerializer[Job]):
 
     workspace: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
     quota: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    owner: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    owner: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True, help_text="None for a scenario's jobs."
+    )
     nodes = serializers.SerializerMethodField()
     placements = serializers.SerializerMethodField()
     reason = serializers.SerializerMethodField()
@@ -69,20 +73,26 @@ class JobSerializer(serializers.ModelSerializer[Job]):
 class JobSubmitSerializer(serializers.Serializer[dict[str, Any]]):
     """What a submitter may set; workspace and quota by name. Other fields sent are ignored."""
 
-    name = serializers.CharField(max_length=200)
-    workspace = serializers.CharField(max_length=100)
-    quota = serializers.CharField(max_length=100)
+    name = serializers.CharField(**text("name", bounds.JOB_NAME_MAX_LENGTH))
+    workspace = serializers.CharField(**text("workspace", bounds.NAME_MAX_LENGTH))
+    quota = serializers.CharField(**text("quota", bounds.NAME_MAX_LENGTH))
     kind = serializers.ChoiceField(choices=JobKind.choices)
-    gpus = serializers.FloatField()
-    replicas = serializers.IntegerField(default=1)
-    min_replicas = serializers.IntegerField(required=False, allow_null=True, default=None)
-    priority = serializers.IntegerField(required=False, allow_null=True, default=None)
+    gpus = serializers.FloatField(**within("gpus", bounds.JOB_GPUS_MAX, least=10**-bounds.JOB_GPU_DECIMALS))
+    replicas = serializers.IntegerField(default=1, **within("replicas", bounds.JOB_REPLICAS_MAX, least=1))
+    min_replicas = serializers.IntegerField(
+        required=False, allow_null=True, default=None, **within("min_replicas", bounds.JOB_REPLICAS_MAX, least=1)
+    )
+    priority = serializers.IntegerField(required=False, allow_null=True, default=None, **within("priority", 9, least=1))
     preemptible = serializers.BooleanField(required=False, allow_null=True, default=None)
-    cpu = serializers.FloatField(default=0.0)
-    memory_gib = serializers.FloatField(default=0.0)
-    command = serializers.CharField(required=False, allow_blank=True, default="")
-    duration = serializers.FloatField(required=False, allow_null=True, default=None)
-    grace_seconds = serializers.FloatField(default=0.0)
+    cpu = serializers.FloatField(default=0.0, **within("cpu", bounds.JOB_CPU_MAX))
+    memory_gib = serializers.FloatField(default=0.0, **within("memory_gib", bounds.JOB_MEMORY_GIB_MAX))
+    command = serializers.CharField(
+        required=False, allow_blank=True, default="", **text("command", bounds.COMMAND_MAX_LENGTH, blank=True)
+    )
+    duration = serializers.FloatField(
+        required=False, allow_null=True, default=None, **within("duration", bounds.JOB_DURATION_MAX)
+    )
+    grace_seconds = serializers.FloatField(default=0.0, **within("grace_seconds", bounds.GRACE_SECONDS_MAX))
     requeue = serializers.BooleanField(default=True)
     dry_run = serializers.BooleanField(default=False)
 
@@ -92,7 +102,9 @@ class JobDryRunSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class JobEventSerializer(serializers.ModelSerializer[JobEvent]):
-    beneficiary: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    beneficiary: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True, help_text="The job an eviction made room for."
+    )
 
     class Meta:
         model = JobEvent
@@ -121,6 +133,7 @@ class CycleOutcomeSerializer(serializers.Serializer[dict[str, Any]]):
     executor_changes = serializers.IntegerField()
     refused = serializers.CharField(allow_blank=True)
     decisions = serializers.ListField(child=serializers.DictField())
+    queued = serializers.BooleanField(help_text="The lock was busy, so a cycle was queued instead.")
 
 
 class SchedulerStatusSerializer(serializers.Serializer[dict[str, Any]]):

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from quotas.api.permissions import IsPlatformAdmin
+from quotas.api.serializers import DryRunResultSerializer
 from quotas.models import Quota
 from scheduling import selectors, services
 from scheduling.api.filters import JobFilter
@@ -67,7 +68,16 @@ class JobViewSet(
         job = selectors.job_list().get(pk=outcome.pk)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=JobDryRunSerializer, responses={200: JobSerializer})
+    @extend_schema(
+        request=JobDryRunSerializer,
+        responses={
+            200: PolymorphicProxySerializer(
+                component_name="JobOrDryRun",
+                serializers=[JobSerializer, DryRunResultSerializer],
+                resource_type_field_name=None,
+            )
+        },
+    )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         job = self.get_object()
@@ -92,8 +102,8 @@ class SchedulerCycleView(APIView):
 
     @extend_schema(request=None, responses={200: CycleOutcomeSerializer})
     def post(self, request: Request) -> Response:
-        outcome = services.run_cycle(trigger=f"api:{request.user.get_username()}")
-        return Response(outcome.as_dict())
+        """Ran (its decisions), or busy (`refused: lock_busy`, `queued: true`): within a second."""
+        return Response(services.run_cycle_now(trigger=f"api:{request.user.get_username()}").as_dict())
 
 
 class SchedulerStatusView(APIView):

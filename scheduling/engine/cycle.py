@@ -1387,13 +1387,13 @@ class Session:
             return f"waiting for evicted jobs to release their GPUs; needs {gpu_count(need)}"
         lf = self.leaf[m]
         shape = (
-            f"{count} replicas of {gpu_count(replica)}, each on one node"
+            f"{count:,} replicas of {gpu_count(replica)}, each on one node"
             if count > 1
             else f"{gpu_count(replica)} on one node"
         )
         if replica < MILLI:
             best = self.cluster.largest_device_free()
-            shape = f"{gpus(replica)} of one GPU" + (f" x {count} replicas" if count > 1 else "")
+            shape = f"{gpus(replica)} of one GPU" + (f" x {count:,} replicas" if count > 1 else "")
             if code == NO_FIT:
                 return f"needs {shape}; the most free on one device is {gpus(best)}"
         elif code == NO_FIT:

@@ -35,10 +35,10 @@ def saturation(allocated: int, fair_share: int) -> float:
 
 @lru_cache(maxsize=4096)
 def gpus(milli: int) -> str:
-    """GPU figure as a person writes it: 48, 0.5, 2.25."""
+    """GPU figure as a person writes it: 48, 0.5, 2.25, 1,000,000 (never 1e+06)."""
     if milli % MILLI == 0:
-        return str(milli // MILLI)
-    return f"{milli / MILLI:g}"
+        return f"{milli // MILLI:,}"
+    return f"{milli / MILLI:,.3f}".rstrip("0").rstrip(".")
 
 
 @lru_cache(maxsize=4096)

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,26 @@ def test_empty_database_url_means_a_sqlite_file_in_var(tmp_path: Path) -> None:
     config = database_config("", tmp_path)
     assert config["ENGINE"] == "django.db.backends.sqlite3"
     assert config["NAME"] == str(tmp_path / "console.sqlite3")
+
+
+def test_the_sqlite_file_is_opened_in_wal_mode_with_a_busy_timeout(tmp_path: Path, django_db_blocker: Any) -> None:
+    """Readers must not wait on the writer: web, worker and beat share this file."""
+    from django.db import connections
+    from django.db.backends.sqlite3.base import DatabaseWrapper
+
+    settings_dict = {**connections.settings["default"], **database_config("", tmp_path)}
+    connection = DatabaseWrapper(settings_dict, alias="wal-check")
+    with django_db_blocker.unblock():
+        try:
+            with connection.cursor() as cursor:
+                modes = [
+                    cursor.execute(f"PRAGMA {pragma}").fetchone()[0]
+                    for pragma in ("journal_mode", "busy_timeout", "synchronous")
+                ]
+        finally:
+            connection.close()
+
+    assert modes == ["wal", 20_000, 1]  # synchronous=NORMAL
 
 
 def test_postgres_url_is_parsed() -> None:

@@ -285,8 +285,9 @@ def test_quotas_filter_by_parent_and_root(pai_tree: Tree, admin_client_api: APIC
 def test_nodes_go_down_and_up_and_filter_by_state(pai_cluster: list[Node], admin_client_api: APIClient) -> None:
     node = pai_cluster[2]
 
-    assert admin_client_api.post(f"/api/v1/nodes/{node.pk}/down/").json()["state"] == "down"
-    assert [row["name"] for row in admin_client_api.get("/api/v1/nodes/?state=down").json()["results"]] == ["gpu-3"]
+    assert admin_client_api.post(f"/api/v1/nodes/{node.pk}/down/").json()["state"] == "not_ready"
+    not_ready = admin_client_api.get("/api/v1/nodes/?state=not_ready").json()["results"]
+    assert [row["name"] for row in not_ready] == ["gpu-3"]
     assert admin_client_api.patch(f"/api/v1/nodes/{node.pk}/", {"state": "ready"}, format="json").json()["state"] == (
         "ready"
     )

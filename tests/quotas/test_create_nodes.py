@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 NODES = (
     NewNode(name="gpu-1", gpus=8, cpu=96, memory_gib=768, gpu_model="H100"),
     NewNode(name="gpu-2", gpus=4, cpu=48.5, gpu_model="A100", labels={"rack": "r2"}),
-    NewNode(name="cpu-1", gpus=0, cpu=128, state=NodeState.DOWN),
+    NewNode(name="cpu-1", gpus=0, cpu=128, state=NodeState.NOT_READY),
 )
 
 

@@ -30,7 +30,7 @@ def test_a_node_gets_one_device_per_gpu_and_follows_its_count(db: None) -> None:
 
 
 def test_capacity_counts_every_node_ready_or_not(pai_cluster: list[Node]) -> None:
-    services.set_node_state(actor=None, node=pai_cluster[0], state=NodeState.DOWN)
+    services.set_node_state(actor=None, node=pai_cluster[0], state=NodeState.NOT_READY)
 
     capacity = selectors.pool_capacity(pool=pai_cluster[0].pool)
 
@@ -47,10 +47,10 @@ def test_capacity_counts_every_node_ready_or_not(pai_cluster: list[Node]) -> Non
 def test_a_node_down_keeps_the_guarantees_valid(pai_tree: dict[str, Quota]) -> None:
     node = Node.objects.get(name="gpu-3")
 
-    node = services.set_node_state(actor=None, node=node, state=NodeState.DOWN)
+    node = services.set_node_state(actor=None, node=node, state=NodeState.NOT_READY)
     services.scale_quota(actor=None, quota=pai_tree["Quota1"], gpus=128)
 
-    assert node.state == "down"
+    assert node.state == "not_ready"
 
 
 @pytest.mark.parametrize(
@@ -91,7 +91,10 @@ def test_the_inventory_cannot_shrink_below_the_roots_guarantees(
         pytest.param({"gpus": 2.5}, "gpus", "gpus of gpu-x must be a whole number of devices ≥ 0, got 2.5.", id="frac"),
         pytest.param({"gpus": 8, "cpu": -4}, "cpu", "cpu of gpu-x must be at least 0, got -4.", id="cpu"),
         pytest.param(
-            {"gpus": 8, "state": "broken"}, "state", "state 'broken' of gpu-x is not one of ready, down.", id="state"
+            {"gpus": 8, "state": "broken"},
+            "state",
+            "state 'broken' of gpu-x is not one of ready, not_ready, cordoned, draining.",
+            id="state",
         ),
     ],
 )

@@ -50,7 +50,7 @@ def test_a_job_that_asked_not_to_be_requeued_fails_with_the_node(
     node = three_nodes.nodes[_node_of(three_nodes, "once")]
 
     with django_capture_on_commit_callbacks(execute=True):
-        set_node_state(actor=platform_admin, node=node, state="down")
+        set_node_state(actor=platform_admin, node=node, state="not_ready")
 
     job = three_nodes.job("once")
     assert job.state == JobState.FAILED
@@ -66,7 +66,7 @@ def test_jobs_on_other_nodes_are_left_alone(
     down = three_nodes.nodes[_node_of(three_nodes, "here")]
 
     with django_capture_on_commit_callbacks(execute=True):
-        set_node_state(actor=platform_admin, node=down, state="down")
+        set_node_state(actor=platform_admin, node=down, state="not_ready")
 
     assert three_nodes.job("there").preemptions == 0
     assert three_nodes.job("here").preemptions == 1

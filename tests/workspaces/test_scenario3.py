@@ -156,7 +156,7 @@ def test_a_workspace_admin_cannot_grant_capabilities_that_do_not_exist(
         pytest.param(
             [{"quota": "Quota1.1", "caps": [{"priority_min": 0, "priority_max": 12, "max_gpus_per_job": 4}]}],
             "rules[0].caps[0].priority_max",
-            "priority_max must lie in 1-9, got 12",
+            "priority_max must be at most 9, got 12",
             id="out-of-range",
         ),
         pytest.param(

@@ -7,6 +7,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
+from quotas import bounds
+from quotas.api.serializers import text, within
 from quotas.models import Quota
 from workspaces.models import CustomRole, Membership, Workspace
 
@@ -20,12 +22,17 @@ class WorkspaceSerializer(serializers.ModelSerializer[Workspace]):
         model = Workspace
         fields = ["id", "name", "description", "quotas"]
         read_only_fields = ["id"]
+        extra_kwargs: dict[str, dict[str, Any]] = {
+            "name": text("name", bounds.NAME_MAX_LENGTH),
+            "description": text("description", bounds.DESCRIPTION_MAX_LENGTH, blank=True),
+        }
 
 
 class MembershipSerializer(serializers.ModelSerializer[Membership]):
     user = serializers.SlugRelatedField(slug_field="username", queryset=get_user_model().objects.all())
     role = serializers.CharField(
-        max_length=100, help_text="admin, developer, operator, labeling_admin, visitor or a custom role's name."
+        **text("role", bounds.NAME_MAX_LENGTH),
+        help_text="admin, developer, operator, labeling_admin, visitor or a custom role's name.",
     )
 
     class Meta:
@@ -42,13 +49,17 @@ class MembershipSerializer(serializers.ModelSerializer[Membership]):
 
 class CustomRoleSerializer(serializers.ModelSerializer[CustomRole]):
     permissions = serializers.ListField(
-        child=serializers.CharField(), help_text="job.submit, job.manage_all, workspace.manage."
+        child=serializers.CharField(**text("a permission", bounds.NAME_MAX_LENGTH)),
+        max_length=bounds.ROLE_PERMISSIONS_MAX,
+        error_messages={"max_length": "a role lists at most {max_length} permissions."},
+        help_text="job.submit, job.manage_all, workspace.manage.",
     )
 
     class Meta:
         model = CustomRole
         fields = ["id", "name", "permissions"]
         read_only_fields = ["id"]
+        extra_kwargs: dict[str, dict[str, Any]] = {"name": text("name", bounds.NAME_MAX_LENGTH)}
 
     def validate_name(self, name: str) -> str:
         # Members and rules refer to a role by its name, so a rename would silently strand them.
@@ -58,19 +69,47 @@ class CustomRoleSerializer(serializers.ModelSerializer[CustomRole]):
 
 
 class CapSerializer(serializers.Serializer[dict[str, Any]]):
-    priority_min = serializers.IntegerField()
-    priority_max = serializers.IntegerField()
-    max_gpus_per_job = serializers.FloatField(required=False, allow_null=True, default=None)
-    max_gpus_per_user = serializers.FloatField(required=False, allow_null=True, default=None)
+    priority_min = serializers.IntegerField(**within("priority_min", 9, least=1))
+    priority_max = serializers.IntegerField(**within("priority_max", 9, least=1))
+    max_gpus_per_job = serializers.FloatField(
+        required=False, allow_null=True, default=None, **within("max_gpus_per_job", bounds.CAP_GPUS_MAX)
+    )
+    max_gpus_per_user = serializers.FloatField(
+        required=False, allow_null=True, default=None, **within("max_gpus_per_user", bounds.CAP_GPUS_MAX)
+    )
 
 
 class RuleSerializer(serializers.Serializer[dict[str, Any]]):
-    quota = serializers.CharField(help_text="A quota bound to the workspace, by name.")
-    roles = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+    quota = serializers.CharField(
+        help_text="A quota bound to the workspace, by name.", **text("quota", bounds.NAME_MAX_LENGTH)
+    )
+    roles = serializers.ListField(
+        child=serializers.CharField(**text("a role", bounds.NAME_MAX_LENGTH)),
+        required=False,
+        default=list,
+        max_length=bounds.RULE_ROLES_MAX,
+        error_messages={"max_length": "a rule lists at most {max_length} roles."},
+    )
     non_members = serializers.BooleanField(required=False, default=False)
-    authorized_users = serializers.ListField(child=serializers.CharField(), required=False, default=list)
-    caps = CapSerializer(many=True, required=False, default=list)
+    authorized_users = serializers.ListField(
+        child=serializers.CharField(**text("a user", 150)),
+        required=False,
+        default=list,
+        max_length=bounds.RULE_USERS_MAX,
+        error_messages={"max_length": "a rule lists at most {max_length} users."},
+    )
+    caps = CapSerializer(  # type: ignore[call-arg]  # DRF ≥ 3.15 takes max_length; the stubs lag
+        many=True,
+        required=False,
+        default=list,
+        max_length=bounds.RULE_CAPS_MAX,
+        error_messages={"max_length": "a rule has at most {max_length} caps."},
+    )
 
 
 class SchedulingConfigSerializer(serializers.Serializer[dict[str, Any]]):
-    rules = RuleSerializer(many=True)
+    rules = RuleSerializer(  # type: ignore[call-arg]  # as above
+        many=True,
+        max_length=bounds.RULES_MAX,
+        error_messages={"max_length": "a workspace has at most {max_length} rules."},
+    )

@@ -1,0 +1,74 @@
+"""Every size a client may send, in one place: services refuse beyond them, serializers publish
+them in the OpenAPI schema (`maximum`, `maxLength`, `maxItems`), so clients and fuzzers see the
+same numbers the code enforces.
+
+Plain Python, so every layer (the API, the services, the scenario parser) can import it. Each
+bound is far above anything real and far below what would take a process down: a node with
+10^9 GPUs once cost 23 GB of memory before a single row was written.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+# Names and free text.
+NAME_MAX_LENGTH: Final = 100  # quotas, nodes, workspaces, roles (the columns' own width)
+JOB_NAME_MAX_LENGTH: Final = 200
+DESCRIPTION_MAX_LENGTH: Final = 2_000
+COMMAND_MAX_LENGTH: Final = 10_000
+GPU_MODEL_MAX_LENGTH: Final = 100
+
+# A node: the largest real servers hold 16 GPUs; 64 leaves room for what comes next.
+NODE_GPUS_MAX: Final = 64
+NODE_CPU_MAX: Final = 4_096.0
+NODE_MEMORY_GIB_MAX: Final = 65_536.0
+NODE_LABELS_MAX: Final = 64
+LABEL_KEY_MAX_LENGTH: Final = 100
+LABEL_VALUE_MAX_LENGTH: Final = 200
+
+# A quota: a million GPUs is above any pool there is.
+QUOTA_GPUS_MAX: Final = 1_000_000.0
+QUOTA_CPU_MAX: Final = 100_000_000.0
+QUOTA_MEMORY_GIB_MAX: Final = 1_000_000_000.0
+QUOTA_WEIGHT_MAX: Final = 10_000.0
+QUOTA_RANK_MAX: Final = 1_000_000
+MIN_RUNTIME_SECONDS_MAX: Final = 31_536_000  # a year
+
+# A job (issue 14): per replica, as the engine counts it.
+JOB_GPUS_MAX: Final = 10_000.0
+JOB_GPU_DECIMALS: Final = 3  # a thousandth of a device is the finest share
+JOB_REPLICAS_MAX: Final = 100_000
+JOB_CPU_MAX: Final = NODE_CPU_MAX  # a replica runs on one node
+JOB_MEMORY_GIB_MAX: Final = NODE_MEMORY_GIB_MAX
+JOB_DURATION_MAX: Final = 31_536_000.0  # a year, in seconds
+GRACE_SECONDS_MAX: Final = 86_400.0  # a day
+
+# Workspace rules.
+RULES_MAX: Final = 100
+RULE_ROLES_MAX: Final = 100
+RULE_USERS_MAX: Final = 1_000
+RULE_CAPS_MAX: Final = 9  # one per priority at most
+CAP_GPUS_MAX: Final = QUOTA_GPUS_MAX
+ROLE_PERMISSIONS_MAX: Final = 10
+
+# The most rows one page of a list may ask for (`?limit=`).
+PAGE_SIZE_MAX: Final = 1_000
+OFFSET_MAX: Final = 1_000_000_000
+
+
+def decimals(amount: float) -> int:
+    """How many decimals a person wrote: 0.125 → 3, 0.1 → 1, 2.0 → 0 (floats' noise ignored)."""
+    if not math.isfinite(amount):
+        return 0
+    text = f"{amount:.12f}".rstrip("0")
+    return len(text.split(".")[1]) if "." in text else 0
+
+
+def readable(amount: float) -> str:
+    """A number for a person: 1,000,000,000 rather than 1e+09; 0.125 stays 0.125."""
+    if not math.isfinite(amount):
+        return str(amount)
+    if float(amount).is_integer():
+        return f"{int(amount):,}"
+    return f"{amount:,.3f}".rstrip("0").rstrip(".")
