@@ -191,7 +191,11 @@ def run_tests(pytest_args: Sequence[str]) -> int:
         _say(f"error: {error}")
         return 2
     try:
-        code = subprocess.call([sys.executable, "-m", "pytest", *pytest_args], cwd=BASE_DIR)
+        # Importing this package (its Celery app) set the production settings in our environment;
+        # the suite must run on the test settings that pyproject.toml names (per-worker Redis
+        # databases and queues, a fast password hasher).
+        environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "console.test_settings"}
+        code = subprocess.call([sys.executable, "-m", "pytest", *pytest_args], cwd=BASE_DIR, env=environment)
     finally:
         if embedded is not None:
             embedded.stop()

@@ -10,12 +10,13 @@ from django.db.models import QuerySet
 from rest_framework import mixins, serializers, viewsets
 
 from console import services
+from console.json_types import JsonTypedMixin
 from quotas.api.permissions import IsPlatformAdmin
 
 User = get_user_model()
 
 
-class UserSerializer(serializers.ModelSerializer[AbstractUser]):
+class UserSerializer(JsonTypedMixin, serializers.ModelSerializer[AbstractUser]):
     password = serializers.CharField(write_only=True, min_length=8, style={"input_type": "password"})
     is_platform_admin = serializers.BooleanField(source="is_superuser", default=False)
 

@@ -7,10 +7,13 @@ from typing import Any
 import django_filters
 from django import forms
 from django.db import models
+from drf_spectacular.utils import extend_schema_field
 
 from quotas.models import AuditRecord, Node, Quota
 
 
+# A query string has no booleans: the schema names the two strings the filter takes.
+@extend_schema_field({"type": "string", "enum": ["true", "false"]})
 class StrictBooleanFilter(django_filters.BooleanFilter):  # type: ignore[misc]
     """`true` or `false`, as the schema says; django-filter's own reads `null` or `maybe` as
     "no filter" and answers the whole list, hiding the client's mistake."""

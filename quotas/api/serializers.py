@@ -8,6 +8,7 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from console.json_types import JsonTypedMixin
 from quotas import bounds, selectors
 from quotas.hooks import QuotaStatus
 from quotas.models import AuditRecord, Node, Quota
@@ -47,17 +48,24 @@ class QuotaNameField(serializers.SlugRelatedField[Quota]):
     default_error_messages = {
         "does_not_exist": "There is no quota named {value}.",
         "invalid": "A quota is named by a string.",
+        "blank": "A quota name must not be empty; send null for none.",
     }
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(slug_field="name", **kwargs)
+
+    def run_validation(self, data: Any = serializers.empty) -> Any:
+        # DRF turns "" into null for related fields, which would make `parent: ""` a root quota.
+        if data == "":
+            self.fail("blank")
+        return super().run_validation(data)
 
     def get_queryset(self) -> QuerySet[Quota]:
         request = self.context.get("request")
         return selectors.visible_quotas(getattr(request, "user", None))
 
 
-class QuotaStatusSerializer(serializers.Serializer[dict[str, Any]]):
+class QuotaStatusSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     fair_share = serializers.FloatField()
     allocated = serializers.FloatField()
     allocated_self = serializers.FloatField()
@@ -74,7 +82,7 @@ class QuotaListSerializer(serializers.ListSerializer):  # type: ignore[type-arg]
         return super().to_representation(quotas)
 
 
-class QuotaSerializer(serializers.ModelSerializer[Quota]):
+class QuotaSerializer(JsonTypedMixin, serializers.ModelSerializer[Quota]):
     parent = QuotaNameField(allow_null=True, required=False)  # type: ignore[assignment]
     effective_weight = serializers.FloatField(read_only=True)
     status = serializers.SerializerMethodField()
@@ -144,7 +152,7 @@ class QuotaSerializer(serializers.ModelSerializer[Quota]):
         return statuses[quota.pk]
 
 
-class ScaleSerializer(serializers.Serializer[dict[str, Any]]):
+class ScaleSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     gpus = serializers.FloatField(required=False, **within("gpus", bounds.QUOTA_GPUS_MAX))
     cpu = serializers.FloatField(required=False, **within("cpu", bounds.QUOTA_CPU_MAX))
     memory_gib = serializers.FloatField(required=False, **within("memory_gib", bounds.QUOTA_MEMORY_GIB_MAX))
@@ -156,7 +164,7 @@ class ScaleSerializer(serializers.Serializer[dict[str, Any]]):
         return attrs
 
 
-class TransferSerializer(serializers.Serializer[dict[str, Any]]):
+class TransferSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     """`from` is a Python keyword, so the fields are built here rather than declared."""
 
     def get_fields(self) -> dict[str, serializers.Field]:  # type: ignore[type-arg]
@@ -172,18 +180,18 @@ class TransferSerializer(serializers.Serializer[dict[str, Any]]):
         }
 
 
-class TransferResultSerializer(serializers.Serializer[dict[str, Any]]):
+class TransferResultSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     def get_fields(self) -> dict[str, serializers.Field]:  # type: ignore[type-arg]
         return {"from": QuotaSerializer(read_only=True), "to": QuotaSerializer(read_only=True)}
 
 
-class DryRunPreviewSerializer(serializers.Serializer[dict[str, Any]]):
+class DryRunPreviewSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     admit = serializers.ListField(child=serializers.DictField())
     evict = serializers.ListField(child=serializers.DictField())
     tree = serializers.ListField(child=serializers.DictField())
 
 
-class DryRunResultSerializer(serializers.Serializer[dict[str, Any]]):
+class DryRunResultSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     """Documents the answer of a `dry_run: true` write."""
 
     valid = serializers.BooleanField()
@@ -222,7 +230,7 @@ class LabelsField(serializers.DictField):
         return labels
 
 
-class NodeSerializer(serializers.ModelSerializer[Node]):
+class NodeSerializer(JsonTypedMixin, serializers.ModelSerializer[Node]):
     labels = LabelsField(required=False)
     dry_run = serializers.BooleanField(write_only=True, required=False, default=False)
 
@@ -239,11 +247,11 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
         }
 
 
-class DryRunFlagSerializer(serializers.Serializer[dict[str, Any]]):
+class DryRunFlagSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     dry_run = serializers.BooleanField(required=False, default=False)
 
 
-class AuditRecordSerializer(serializers.ModelSerializer[AuditRecord]):
+class AuditRecordSerializer(JsonTypedMixin, serializers.ModelSerializer[AuditRecord]):
     actor: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="username", read_only=True, allow_null=True, help_text="None: the system (scenarios, the scheduler)."
     )

@@ -6,12 +6,13 @@ from typing import Any
 
 from rest_framework import serializers
 
+from console.json_types import JsonTypedMixin
 from quotas import bounds
 from quotas.api.serializers import text, within
 from scheduling.models import Job, JobEvent, JobKind
 
 
-class JobSerializer(serializers.ModelSerializer[Job]):
+class JobSerializer(JsonTypedMixin, serializers.ModelSerializer[Job]):
     """A job as API.md lists it; everything the scheduler owns is read-only."""
 
     workspace: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
@@ -70,7 +71,7 @@ class JobSerializer(serializers.ModelSerializer[Job]):
         return {"code": job.reason_code, "message": job.reason_message}
 
 
-class JobSubmitSerializer(serializers.Serializer[dict[str, Any]]):
+class JobSubmitSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     """What a submitter may set; workspace and quota by name. Other fields sent are ignored."""
 
     name = serializers.CharField(**text("name", bounds.JOB_NAME_MAX_LENGTH))
@@ -97,11 +98,11 @@ class JobSubmitSerializer(serializers.Serializer[dict[str, Any]]):
     dry_run = serializers.BooleanField(default=False)
 
 
-class JobDryRunSerializer(serializers.Serializer[dict[str, Any]]):
+class JobDryRunSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     dry_run = serializers.BooleanField(default=False)
 
 
-class JobEventSerializer(serializers.ModelSerializer[JobEvent]):
+class JobEventSerializer(JsonTypedMixin, serializers.ModelSerializer[JobEvent]):
     beneficiary: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="name", read_only=True, allow_null=True, help_text="The job an eviction made room for."
     )
@@ -112,14 +113,14 @@ class JobEventSerializer(serializers.ModelSerializer[JobEvent]):
         read_only_fields = fields
 
 
-class SubmitPreviewSerializer(serializers.Serializer[dict[str, Any]]):
+class SubmitPreviewSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     would_admit = serializers.BooleanField()
     reason = serializers.DictField(allow_null=True)
     placements = serializers.ListField(child=serializers.DictField())
     evict = serializers.ListField(child=serializers.DictField())
 
 
-class CycleOutcomeSerializer(serializers.Serializer[dict[str, Any]]):
+class CycleOutcomeSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     ran = serializers.BooleanField()
     committed = serializers.BooleanField()
     trigger = serializers.CharField()
@@ -136,7 +137,7 @@ class CycleOutcomeSerializer(serializers.Serializer[dict[str, Any]]):
     queued = serializers.BooleanField(help_text="The lock was busy, so a cycle was queued instead.")
 
 
-class SchedulerStatusSerializer(serializers.Serializer[dict[str, Any]]):
+class SchedulerStatusSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     last_cycle_at = serializers.DateTimeField(allow_null=True)
     duration_ms = serializers.FloatField(allow_null=True)
     trigger = serializers.CharField(allow_null=True)

@@ -7,13 +7,14 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
+from console.json_types import JsonTypedMixin
 from quotas import bounds
 from quotas.api.serializers import text, within
 from quotas.models import Quota
 from workspaces.models import CustomRole, Membership, Workspace
 
 
-class WorkspaceSerializer(serializers.ModelSerializer[Workspace]):
+class WorkspaceSerializer(JsonTypedMixin, serializers.ModelSerializer[Workspace]):
     quotas = serializers.SlugRelatedField(
         many=True, slug_field="name", queryset=Quota.objects.all(), required=False, help_text="Bound quotas, by name."
     )
@@ -28,7 +29,7 @@ class WorkspaceSerializer(serializers.ModelSerializer[Workspace]):
         }
 
 
-class MembershipSerializer(serializers.ModelSerializer[Membership]):
+class MembershipSerializer(JsonTypedMixin, serializers.ModelSerializer[Membership]):
     user = serializers.SlugRelatedField(slug_field="username", queryset=get_user_model().objects.all())
     role = serializers.CharField(
         **text("role", bounds.NAME_MAX_LENGTH),
@@ -47,7 +48,7 @@ class MembershipSerializer(serializers.ModelSerializer[Membership]):
         return user
 
 
-class CustomRoleSerializer(serializers.ModelSerializer[CustomRole]):
+class CustomRoleSerializer(JsonTypedMixin, serializers.ModelSerializer[CustomRole]):
     permissions = serializers.ListField(
         child=serializers.CharField(**text("a permission", bounds.NAME_MAX_LENGTH)),
         max_length=bounds.ROLE_PERMISSIONS_MAX,
@@ -68,7 +69,7 @@ class CustomRoleSerializer(serializers.ModelSerializer[CustomRole]):
         return name
 
 
-class CapSerializer(serializers.Serializer[dict[str, Any]]):
+class CapSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     priority_min = serializers.IntegerField(**within("priority_min", 9, least=1))
     priority_max = serializers.IntegerField(**within("priority_max", 9, least=1))
     max_gpus_per_job = serializers.FloatField(
@@ -79,7 +80,7 @@ class CapSerializer(serializers.Serializer[dict[str, Any]]):
     )
 
 
-class RuleSerializer(serializers.Serializer[dict[str, Any]]):
+class RuleSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     quota = serializers.CharField(
         help_text="A quota bound to the workspace, by name.", **text("quota", bounds.NAME_MAX_LENGTH)
     )
@@ -107,7 +108,7 @@ class RuleSerializer(serializers.Serializer[dict[str, Any]]):
     )
 
 
-class SchedulingConfigSerializer(serializers.Serializer[dict[str, Any]]):
+class SchedulingConfigSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     rules = RuleSerializer(  # type: ignore[call-arg]  # as above
         many=True,
         max_length=bounds.RULES_MAX,
