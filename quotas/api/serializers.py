@@ -181,6 +181,9 @@ class DryRunPreviewSerializer(serializers.Serializer[dict[str, Any]]):
     admit = serializers.ListField(child=serializers.DictField())
     evict = serializers.ListField(child=serializers.DictField())
     tree = serializers.ListField(child=serializers.DictField())
+    shares = serializers.ListField(
+        child=serializers.DictField(), help_text="Fair share and allocated GPUs per quota after the change."
+    )
 
 
 class DryRunResultSerializer(serializers.Serializer[dict[str, Any]]):
