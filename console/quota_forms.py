@@ -57,7 +57,13 @@ class QuotaSettingsForm(_AmountsForm):
     )
     child_preemption = forms.BooleanField(label="Child-level Preemption", required=False)
     same_level_preemption = forms.BooleanField(label="Same-level Preemption", required=False)
-    queue_policy = forms.ChoiceField(label="Queue policy", choices=QueuePolicy.choices, initial=QueuePolicy.BEST_EFFORT)
+    queue_policy = forms.ChoiceField(
+        label="Queue policy", choices=QueuePolicy.choices, initial=QueuePolicy.BEST_EFFORT, required=False
+    )
+
+    def clean_queue_policy(self) -> str:
+        # A form posted without the field (a script, an old page) keeps the model's default.
+        return str(self.cleaned_data.get("queue_policy") or QueuePolicy.BEST_EFFORT)
 
 
 class EditQuotaForm(QuotaSettingsForm):
