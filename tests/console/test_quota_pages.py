@@ -86,7 +86,9 @@ def test_confirm_of_values_not_previewed_previews_again(pai_world: dict[str, Abs
 
 def test_a_child_beyond_its_parent_is_refused_beside_the_field_with_numbers(pai_world: dict[str, AbstractUser]) -> None:
     client = client_as(pai_world, "platform-admin")
-    answer = client.post(f"/quotas/{quota_id('Quota1')}/new-child/", {"step": "preview", "name": "Quota1.3", "gpus": "8"})
+    answer = client.post(
+        f"/quotas/{quota_id('Quota1')}/new-child/", {"step": "preview", "name": "Quota1.3", "gpus": "8"}
+    )
     text = answer.content.decode()
     assert 'id="id_gpus_error"' in text
     assert "Quota1.3 would need 8 GPUs but Quota1 has 32 − 32 = 0 left for its children." in text
