@@ -13,7 +13,7 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
@@ -26,7 +26,7 @@ from scheduling import selectors as scheduling_selectors
 from workspaces import selectors as workspace_selectors
 
 _TOLERANCE = 1e-9
-QuotaAction = Callable[[HttpRequest, Quota], HttpResponse]
+QuotaAction = Callable[..., HttpResponse]
 
 
 def _is_platform_admin(request: HttpRequest) -> bool:
@@ -38,16 +38,16 @@ def _visible_quota(request: HttpRequest, quota_id: int) -> Quota:
     return get_object_or_404(selectors.visible_quotas(request.user), pk=quota_id)
 
 
-def _admin_action(view: QuotaAction) -> Callable[[HttpRequest, int], HttpResponse]:
+def _admin_action(view: QuotaAction) -> Callable[..., HttpResponse]:
     """Signed in, the quota visible (else 404), and a platform admin (else 403 with the reason)."""
 
     @login_required
     @wraps(view)
-    def wrapped(request: HttpRequest, quota_id: int) -> HttpResponse:
+    def wrapped(request: HttpRequest, quota_id: int, **more: Any) -> HttpResponse:
         quota = _visible_quota(request, quota_id)
         if not _is_platform_admin(request):
             raise PermissionDenied("Only platform admins may change quotas.")
-        return view(request, quota)
+        return view(request, quota, **more)
 
     return wrapped
 
@@ -304,6 +304,39 @@ def quota_edit(request: HttpRequest, quota: Quota) -> HttpResponse:
         summarise=_summariser(quota.pool_id),
         done_message=lambda cleaned: f"Saved {cleaned['name']}.",
         confirm_label="Confirm: save",
+    )
+    return run_preview_action(request, action)
+
+
+SWITCHES = {
+    "child-preemption": ("child_preemption", "Child-level Preemption"),
+    "same-level-preemption": ("same_level_preemption", "Same-level Preemption"),
+}
+
+
+@_admin_action
+def quota_switch(request: HttpRequest, quota: Quota, switch: str) -> HttpResponse:
+    """Turn a preemption switch the other way; off takes a right to preempt away, so it previews first."""
+    if switch not in SWITCHES:
+        raise Http404("No such switch.")
+    field, label = SWITCHES[switch]
+    turn_on = not getattr(quota, field)
+    state = "on" if turn_on else "off"
+
+    def perform(cleaned: Mapping[str, Any], dry_run: bool) -> Any:
+        changes: dict[str, Any] = {field: turn_on}
+        return services.update_quota(actor=request.user, quota=quota, dry_run=dry_run, **changes)
+
+    action = PreviewAction(
+        title=f"Turn {state} {label} of {quota.name}",
+        intro=f"{label} of {quota.name} is {'off' if turn_on else 'on'} now.",
+        url=reverse("quota-switch", args=[quota.pk, switch]),
+        done_url=reverse("quota-detail", args=[quota.pk]),
+        form=quota_forms.DeleteForm(request.POST or None),
+        perform=perform,
+        summarise=_summariser(quota.pool_id),
+        done_message=lambda cleaned: f"{label} of {quota.name} is {state}.",
+        confirm_label=f"Confirm: turn {state}",
     )
     return run_preview_action(request, action)
 

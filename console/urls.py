@@ -33,6 +33,7 @@ urlpatterns = [
     path("quotas/<int:quota_id>/transfer/", quota_views.quota_transfer, name="quota-transfer"),
     path("quotas/<int:quota_id>/edit/", quota_views.quota_edit, name="quota-edit"),
     path("quotas/<int:quota_id>/delete/", quota_views.quota_delete, name="quota-delete"),
+    path("quotas/<int:quota_id>/switch/<slug:switch>/", quota_views.quota_switch, name="quota-switch"),
     path("", include("workspaces.urls")),
     path("", include("scheduling.urls")),
 ]

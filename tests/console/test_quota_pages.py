@@ -67,7 +67,7 @@ def test_scale_preview_names_the_reclaimable_job_then_confirm_scales(pai_world: 
     text = preview.content.decode()
     assert "Preview: what would change" in text
     assert "12 → 8 GPUs" in text
-    assert "Quota1.1 holds 24 GPUs against a guarantee of 8: 4 GPUs become reclaimable, from train-b" in text
+    assert "Quota1.1 holds 24 GPUs against a guarantee of 8: 4 more GPUs become reclaimable, from train-b" in text
     assert Quota.objects.get(name="Quota1.1").gpus == 12, "a preview changes nothing"
     fingerprint = text.split('name="previewed" value="')[1].split('"')[0]
     done = client.post(url, {"step": "confirm", "gpus": "8", "previewed": fingerprint})

@@ -62,7 +62,7 @@ def test_scale_previews_the_reclaimable_job_then_confirms(
     dialog.get_by_label("New guaranteed GPUs").fill("8")
     dialog.get_by_role("button", name="Preview").click()
     expect(dialog.get_by_test_id("preview-reclaimable")).to_contain_text(
-        "Quota1.1 holds 24 GPUs against a guarantee of 8: 4 GPUs become reclaimable, from train-b"
+        "Quota1.1 holds 24 GPUs against a guarantee of 8: 4 more GPUs become reclaimable, from train-b"
     )
     expect(dialog.get_by_test_id("preview-move").first).to_contain_text("12 → 8 GPUs")
     check_accessibility(page)
