@@ -4,6 +4,7 @@ and the pages under the strict Content-Security-Policy that the console is serve
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import AbstractUser
@@ -13,7 +14,10 @@ from rest_framework.test import APIClient
 
 from quotas import services as quota_services
 from quotas.models import AuditRecord
+from scheduling import services as job_services
+from scheduling.models import Job
 from tests.console.conftest import check_accessibility, quota_id
+from workspaces import services as workspace_services
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -125,3 +129,63 @@ def test_the_pages_work_under_the_strict_content_security_policy(
     page.get_by_role("link", name="Audit").click()
     expect(page.get_by_test_id("audit-row").first).to_be_visible()
     assert page.evaluate("window.cspViolations") == []
+
+
+def test_child_level_preemption_turned_on_from_the_overview_evicts_training_for_inference(
+    live_server: LiveServer, make_user: Callable[..., AbstractUser], browser_page: Page, sign_in: SignIn, settings: Any
+) -> None:
+    """Journey 3: the switch turned on from Quota1's Overview; workspace-a's inference on Quota1
+    then preempts training in Quota1.1, and the training job's page names the rule and beneficiary."""
+    settings.SCHEDULER_TRIGGER = "inline"
+    settings.SCHEDULER_PUBLISH_EVENTS = False
+    make_user("platform-admin", platform_admin=True)
+    developer = make_user("dave")
+    for index in range(1, 17):
+        quota_services.create_node(actor=None, name=f"dgx-{index}", gpus=8)
+    root = quota_services.create_quota(actor=None, name="Quota1", gpus=128)
+    team = quota_services.create_quota(actor=None, name="Quota1.1", parent=root, gpus=56)
+    quota_services.create_quota(actor=None, name="Quota1.2", parent=root, gpus=72)
+    workspace = workspace_services.create_workspace(actor=None, name="workspace-a", quotas=[root, team])
+    workspace_services.add_member(actor=None, workspace=workspace, user=developer, role="developer")
+    job_services.submit_job(
+        actor=developer, workspace=workspace, quota=team, name="train-a", kind="training", gpus=8, replicas=16
+    )
+    job_services.converge()
+    assert Job.objects.get(name="train-a").state == "running"
+
+    page = browser_page
+    sign_in(page, "platform-admin")
+    page.goto(f"{live_server.url}/quotas/{quota_id('Quota1')}/")
+    page.get_by_role("link", name="Turn on Child-level Preemption").click()
+    preview_and_confirm(page, "Confirm: turn on")
+    expect(page.get_by_test_id("child-preemption")).to_have_text("on")
+
+    api = APIClient()
+    api.force_authenticate(developer)
+    submitted = api.post(
+        "/api/v1/jobs/",
+        {
+            "name": "serve-a",
+            "workspace": "workspace-a",
+            "quota": "Quota1",
+            "kind": "inference",
+            "gpus": 8,
+            "replicas": 2,
+        },
+        format="json",
+    )
+    assert submitted.status_code == 201, submitted.json()
+    job_services.converge()
+    training = Job.objects.get(name="train-a")
+    events = api.get(f"/api/v1/jobs/{training.pk}/events/").json()
+    events = events.get("results", events) if isinstance(events, dict) else events
+    evicted = [event for event in events if event["kind"] == "evicted"]
+    assert evicted, events
+    assert "serve-a" in str(evicted[0]["beneficiary"]), evicted[0]
+
+    page.goto(f"{live_server.url}/jobs/{training.pk}/")
+    events_table = page.get_by_test_id("job-events")
+    expect(events_table).to_contain_text("Evicted")
+    expect(events_table).to_contain_text("serve-a")
+    expect(events_table).to_contain_text(evicted[0]["rule"])
+    assert "child" in evicted[0]["rule"]

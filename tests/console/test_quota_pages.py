@@ -15,7 +15,15 @@ from tests.console.conftest import ROLES, quota_id
 
 pytestmark = pytest.mark.django_db
 
-ACTIONS = ("new-child", "scale", "transfer", "edit", "delete")
+ACTIONS = (
+    "new-child",
+    "scale",
+    "transfer",
+    "edit",
+    "delete",
+    "switch/child-preemption",
+    "switch/same-level-preemption",
+)
 
 
 def client_as(users: dict[str, AbstractUser], role: str) -> Client:
@@ -148,3 +156,8 @@ def test_quota_page_overview_and_audit(pai_world: dict[str, AbstractUser], role:
 def test_filter_without_javascript_narrows_by_name(pai_world: dict[str, AbstractUser]) -> None:
     page = client_as(pai_world, "platform-admin").get("/quotas/?q=1.2").content
     assert page.count(b'data-testid="quota-row"') == 1
+
+
+def test_an_unknown_switch_is_a_404(pai_world: dict[str, AbstractUser]) -> None:
+    answer = client_as(pai_world, "platform-admin").get(f"/quotas/{quota_id('Quota1')}/switch/gravity/")
+    assert answer.status_code == 404
