@@ -161,3 +161,27 @@ def test_filter_without_javascript_narrows_by_name(pai_world: dict[str, Abstract
 def test_an_unknown_switch_is_a_404(pai_world: dict[str, AbstractUser]) -> None:
     answer = client_as(pai_world, "platform-admin").get(f"/quotas/{quota_id('Quota1')}/switch/gravity/")
     assert answer.status_code == 404
+
+
+def _queries_for(client: Client, url: str) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(url).status_code == 200
+    return len(captured.captured_queries)
+
+
+def test_the_pages_take_a_constant_number_of_queries(pai_world: dict[str, AbstractUser]) -> None:
+    """The tree and a quota's Overview cost the same queries at 3 quotas and at 63."""
+    from quotas.services import NewQuota, create_quota_tree
+
+    client = client_as(pai_world, "platform-admin")
+    few_tree = _queries_for(client, "/quotas/")
+    few_detail = _queries_for(client, f"/quotas/{quota_id('Quota1')}/")
+    create_quota_tree(
+        actor=None,
+        quotas=[NewQuota(name="Pool2", gpus=0)] + [NewQuota(name=f"Pool2.{i}", parent="Pool2") for i in range(60)],
+    )
+    assert _queries_for(client, "/quotas/") == few_tree
+    assert _queries_for(client, f"/quotas/{quota_id('Pool2')}/") == few_detail
