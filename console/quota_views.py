@@ -13,6 +13,7 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -23,7 +24,9 @@ from quotas import bounds, selectors, services
 from quotas.models import Quota
 from quotas.services import DryRunResult
 from scheduling import selectors as scheduling_selectors
+from scheduling.models import ACTIVE_STATES, Job
 from workspaces import selectors as workspace_selectors
+from workspaces.permissions import restrict
 
 _TOLERANCE = 1e-9
 QuotaAction = Callable[..., HttpResponse]
@@ -149,7 +152,8 @@ def resource_quotas(request: HttpRequest) -> HttpResponse:
     )
 
 
-QUOTA_TABS = (("overview", "Overview"), ("audit", "Audit"))
+QUOTA_TABS = (("overview", "Overview"), ("jobs", "Jobs"), ("audit", "Audit"))
+JOBS_PER_PAGE = 50
 
 
 @login_required
@@ -171,6 +175,14 @@ def quota_detail(request: HttpRequest, quota_id: int) -> HttpResponse:
             idle_share=status["fair_share"] - quota.gpus,
             children=list(selectors.visible_quotas(request.user).filter(parent=quota).order_by("id")),
             workspaces=workspace_selectors.bound_workspace_names(quota=quota),
+        )
+    elif tab == "jobs":
+        # Its own jobs and its subtree's, live ones only, as far as the user may see them;
+        # pending first, by queue position.
+        live = Job.objects.filter(quota_id__in=selectors.subtree_ids(quota=quota), state__in=ACTIVE_STATES)
+        jobs = restrict(scheduling_selectors.job_list(queryset=live), request.user, "view")
+        context["page"] = Paginator(jobs.order_by("state", "position", "submitted_at", "id"), JOBS_PER_PAGE).get_page(
+            request.GET.get("page")
         )
     elif _is_platform_admin(request):
         context["records"] = selectors.quota_audit(quota=quota)

@@ -51,6 +51,19 @@
   document.addEventListener("click", function (event) {
     var link = event.target.closest("[data-opens-dialog]");
     if (link) { opener = link; }
+    // A tab's body arrives by htmx; the tab strip outside it shows which one is current.
+    var tab = event.target.closest("[data-tab]");
+    if (tab) {
+      tab.parentElement.querySelectorAll("[data-tab]").forEach(function (other) {
+        other.classList.toggle("active", other === tab);
+        if (other === tab) { other.setAttribute("aria-current", "page"); } else { other.removeAttribute("aria-current"); }
+      });
+    }
+  });
+
+  // A select marked data-autosubmit submits its form on change (instead of an inline onchange).
+  document.addEventListener("change", function (event) {
+    if (event.target.matches("[data-autosubmit]") && event.target.form) { event.target.form.requestSubmit(); }
   });
 
   document.addEventListener("htmx:afterSwap", function (event) {

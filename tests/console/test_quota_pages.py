@@ -149,6 +149,8 @@ def test_quota_page_overview_and_audit(pai_world: dict[str, AbstractUser], role:
     if status == 200:
         assert b"Guaranteed 12 + share of idle GPUs" in overview.content
         assert b"workspace-b" in overview.content
+        jobs = client.get(f"/quotas/{quota_id('Quota1.1')}/?tab=jobs", headers={"HX-Request": "true"}).content
+        assert b'data-job="train-b"' in jobs and b"<html" not in jobs  # as an htmx partial
         audit = client.get(f"/quotas/{quota_id('Quota1.1')}/?tab=audit").content
         assert (b"quota.create" in audit) == (role == "platform-admin")
 

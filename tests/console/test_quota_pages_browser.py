@@ -162,7 +162,12 @@ def test_quota_page_tabs_and_screenshots(
     page.goto(f"{live_server.url}/quotas/{quota_id('Quota1.1')}/")
     expect(page.get_by_test_id("fair-share-sum")).to_contain_text("Guaranteed 12 + share of idle GPUs")
     check_accessibility(page)
-    page.get_by_role("link", name="Audit").click()
+    tabs = page.get_by_role("navigation", name="Quota sections")
+    tabs.get_by_role("link", name="Jobs").click()
+    expect(page.get_by_test_id("quota-job")).to_contain_text(["train-b"])
+    expect(tabs.get_by_role("link", name="Jobs")).to_have_attribute("aria-current", "page")
+    check_accessibility(page)
+    tabs.get_by_role("link", name="Audit").click()
     expect(page.get_by_test_id("audit-row").first).to_contain_text("quota.create")
     check_accessibility(page)
 
