@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from console import api, views
+from console import api, quota_views, views
 
 api_v1: list[URLPattern | URLResolver] = [
     path("auth/token/", api.ObtainTokenView.as_view(), name="api-token"),
@@ -25,7 +25,15 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     re_path(r"^(?P<unmatched>api/.*)$", api.not_found, name="api-not-found"),
-    path("", include("quotas.urls")),
+    path("quotas/", quota_views.resource_quotas, name="resource-quotas"),
+    path("quotas/new/", quota_views.quota_new, name="quota-new"),
+    path("quotas/<int:quota_id>/", quota_views.quota_detail, name="quota-detail"),
+    path("quotas/<int:quota_id>/new-child/", quota_views.quota_new_child, name="quota-new-child"),
+    path("quotas/<int:quota_id>/scale/", quota_views.quota_scale, name="quota-scale"),
+    path("quotas/<int:quota_id>/transfer/", quota_views.quota_transfer, name="quota-transfer"),
+    path("quotas/<int:quota_id>/edit/", quota_views.quota_edit, name="quota-edit"),
+    path("quotas/<int:quota_id>/delete/", quota_views.quota_delete, name="quota-delete"),
+    path("quotas/<int:quota_id>/switch/<slug:switch>/", quota_views.quota_switch, name="quota-switch"),
     path("", include("workspaces.urls")),
     path("", include("scheduling.urls")),
 ]

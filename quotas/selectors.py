@@ -171,3 +171,24 @@ def audit_log(
     if actor:
         records = records.filter(actor__username=actor)
     return records
+
+
+def subtree_ids(*, quota: Quota) -> list[int]:
+    """The quota and everything under it, in one query of its pool's parent links."""
+    children: dict[int, list[int]] = {}
+    for quota_id, parent_id in Quota.objects.filter(pool_id=quota.pool_id).values_list("id", "parent_id"):
+        if parent_id is not None:
+            children.setdefault(parent_id, []).append(quota_id)
+    found: list[int] = []
+    stack = [quota.pk]
+    while stack:
+        current = stack.pop()
+        found.append(current)
+        stack.extend(children.get(current, []))
+    return found
+
+
+def quota_audit(*, quota: Quota, limit: int = 100) -> list[AuditRecord]:
+    """The audit log of a quota and its subtree, newest first (a transfer is filed under its giver)."""
+    ids = [str(quota_id) for quota_id in subtree_ids(quota=quota)]
+    return list(audit_log(object_type="quota").filter(object_id__in=ids)[:limit])

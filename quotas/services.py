@@ -56,10 +56,20 @@ QUOTA_FIELDS = (
 NODE_FIELDS = ("name", "gpus", "cpu", "memory_gib", "gpu_model", "labels", "state")
 
 
+class QuotaShare(TypedDict):
+    """A quota's fair share and allocation as the scheduler would see them after the change."""
+
+    name: str
+    fair_share: float
+    allocated: float
+
+
 class DryRunPreview(TypedDict):
     admit: list[dict[str, Any]]
     evict: list[dict[str, Any]]
     tree: list[selectors.QuotaTreeEntry]
+    # Read inside the rolled-back transaction, so a page can say which fair shares move.
+    shares: list[QuotaShare]
 
 
 class DryRunResult(TypedDict):
@@ -153,6 +163,7 @@ def _dry_run(apply: Callable[[], object], *, pool_id: int | None) -> DryRunResul
                     admit=scheduler_preview["admit"],
                     evict=scheduler_preview["evict"],
                     tree=selectors.quota_tree(pool=pool_id) if pool_id is not None else [],
+                    shares=_shares(pool_id),
                 ),
             )
             raise _RollBack
@@ -161,6 +172,19 @@ def _dry_run(apply: Callable[[], object], *, pool_id: int | None) -> DryRunResul
         return outcome
     except ValidationError as error:
         return DryRunResult(valid=False, errors=error_messages(error), preview=None)
+
+
+def _shares(pool_id: int | None) -> list[QuotaShare]:
+    if pool_id is None:
+        return []
+    quotas = list(Quota.objects.filter(pool_id=pool_id).order_by("id"))
+    statuses = selectors.quota_statuses(quotas)
+    return [
+        QuotaShare(
+            name=quota.name, fair_share=statuses[quota.pk]["fair_share"], allocated=statuses[quota.pk]["allocated"]
+        )
+        for quota in quotas
+    ]
 
 
 def error_messages(error: ValidationError) -> dict[str, list[str]]:

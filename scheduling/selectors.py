@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from django.db import connection
 from django.db.models import FloatField, Func, QuerySet, Sum
@@ -450,3 +451,20 @@ def scheduler_status(*, include_decisions: bool) -> dict[str, Any]:
         "executor": get_executor().name,
         "trigger_mode": trigger_mode(),
     }
+
+
+class HeldGpus(TypedDict):
+    job: str
+    quota: str
+    gpus: float
+
+
+def jobs_holding_gpus(*, quota_ids: Iterable[int]) -> list[HeldGpus]:
+    """Running (and releasing) jobs of these quotas with the GPUs they hold, newest first: the order
+    in which reclaim takes them back, so a preview can name the jobs a smaller guarantee exposes."""
+    rows = (
+        Job.objects.filter(quota_id__in=list(quota_ids), state__in=HOLDING_STATES)
+        .order_by("-submitted_at", "-id")
+        .values_list("name", "quota__name", "allocated_gpus")
+    )
+    return [HeldGpus(job=name, quota=quota, gpus=float(gpus)) for name, quota, gpus in rows]

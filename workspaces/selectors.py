@@ -38,3 +38,8 @@ def quota_binding_blocker(quota: Quota) -> str | None:
     if not bound:
         return None
     return f"{quota.name} is bound to workspaces {', '.join(bound)}; unbind it first."
+
+
+def bound_workspace_names(*, quota: Quota) -> list[str]:
+    """The workspaces bound to a quota, by name, for the quota's Overview."""
+    return list(quota.bindings.order_by("workspace__name").values_list("workspace__name", flat=True))

@@ -189,6 +189,9 @@ class DryRunPreviewSerializer(JsonTypedMixin, serializers.Serializer[dict[str, A
     admit = serializers.ListField(child=serializers.DictField())
     evict = serializers.ListField(child=serializers.DictField())
     tree = serializers.ListField(child=serializers.DictField())
+    shares = serializers.ListField(
+        child=serializers.DictField(), help_text="Fair share and allocated GPUs per quota after the change."
+    )
 
 
 class DryRunResultSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):

@@ -256,7 +256,7 @@ def test_a_dry_run_answers_valid_errors_preview_and_changes_nothing(
     answer = response.json()
     assert set(answer) == {"valid", "errors", "preview"}
     assert (answer["valid"], answer["errors"]) == (True, {})
-    assert set(answer["preview"]) == {"admit", "evict", "tree"}
+    assert set(answer["preview"]) == {"admit", "evict", "tree", "shares"}
     assert (list(Quota.objects.values()), list(Node.objects.values()), AuditRecord.objects.count()) == before
 
 
