@@ -118,6 +118,9 @@ class ObtainTokenView(ObtainAuthToken):
     is a 429 with one sentence, even with the right password."""
 
     permission_classes = [permissions.AllowAny]
+    # No authentication here: a client still sending its expired token would otherwise get the
+    # expiry 401 from the very endpoint that gives it a new one.
+    authentication_classes = []
     parser_classes = [parsers.JSONParser, parsers.FormParser]
     serializer_class = TokenRequestSerializer
 
