@@ -99,6 +99,10 @@ def update_user(
 ) -> AbstractUser:
     """Change an account. Deactivating it also revokes its tokens and sessions: Django already
     refuses an inactive user's sign-in, but a token or session kept would outlive a reactivation."""
+    if is_active is False and actor is not None and actor.pk == user.pk:
+        # An admin (or a fuzzer signed in as one) would lock the account out of the console,
+        # perhaps the last platform admin's; another admin has to do it.
+        raise ValidationError({"is_active": "You cannot deactivate your own account; ask another platform admin."})
     before = {"email": user.email, "is_active": user.is_active, "is_platform_admin": user.is_superuser}
     if email is not None:
         user.email = email

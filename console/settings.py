@@ -248,6 +248,8 @@ LOGGING = {
         "celery.app.trace": {"level": "WARNING"},
         "celery.worker.strategy": {"level": "WARNING"},
         "celery.beat": {"level": "WARNING"},
+        # axes logs every sign-in at INFO; its lockouts are WARNING and still show.
+        "axes": {"level": "WARNING"},
     },
 }
 

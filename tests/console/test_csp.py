@@ -3,7 +3,9 @@ and every page works under it in a real browser, with no violation reported."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,6 +45,27 @@ def test_behind_tls_the_websocket_is_wss_of_the_same_host(client: Client) -> Non
 @pytest.mark.django_db
 def test_api_answers_carry_the_policy_too(client: Client) -> None:
     assert "frame-ancestors 'none'" in client.get("/api/v1/quotas/")["Content-Security-Policy"]
+
+
+ROOT = Path(__file__).resolve().parents[2]
+_INLINE = {
+    "style attribute": re.compile(r"\sstyle\s*=", re.IGNORECASE),
+    "<style> block": re.compile(r"<style[\s>]", re.IGNORECASE),
+    "inline <script>": re.compile(r"<script(?![^>]*\ssrc=)[^>]*>", re.IGNORECASE),
+    "event handler attribute": re.compile(r"\son[a-z]+\s*=", re.IGNORECASE),
+    "javascript: URL": re.compile(r"javascript:", re.IGNORECASE),
+}
+
+
+def test_no_template_carries_inline_code() -> None:
+    """Pages the browser walk cannot reach (500.html, error pages) are held to the policy here."""
+    found = []
+    for template in sorted(ROOT.glob("**/templates/**/*.html")):
+        if ".venv" in template.parts:
+            continue
+        text = template.read_text()
+        found += [f"{template.relative_to(ROOT)}: {what}" for what, pattern in _INLINE.items() if pattern.search(text)]
+    assert found == []
 
 
 # Chromium reports a violation both as a console error ("Refused to … because it violates the

@@ -167,3 +167,13 @@ def test_the_deactivation_service_revokes_without_a_request(alice_everywhere: di
     user = get_user_model().objects.get(username="alice")
     services.update_user(actor=None, user=user, is_active=False)
     _assert_alice_is_signed_out_everywhere(alice_everywhere)
+
+
+def test_an_admin_cannot_deactivate_their_own_account(
+    platform_admin: AbstractUser, admin_client_api: APIClient
+) -> None:
+    response = admin_client_api.patch(f"/api/v1/users/{platform_admin.pk}/", {"is_active": False}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"is_active": ["You cannot deactivate your own account; ask another platform admin."]}
+    platform_admin.refresh_from_db()
+    assert platform_admin.is_active
