@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import environ
+from csp.constants import NONE, SELF
 
 from console.config import ConfigError, database_config, redis_url
 from scheduling.beat import schedule as beat_schedule
@@ -44,6 +45,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "guardian",
+    "axes",
+    "csp",
     "channels",
     "django_htmx",
     "quotas",
@@ -62,6 +65,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Our CSP middleware adds the websocket origin of the request's own host (console.csp).
+    "console.csp.ConsoleCSPMiddleware",
+    # Last, as axes asks: it turns a locked-out sign-in on a page into console.signin's answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"
@@ -90,6 +97,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL: str = redis_url(env.str("REDIS_URL", default=""))
 
 AUTHENTICATION_BACKENDS = [
+    # First: refuses a locked-out username before any password is checked (django-axes).
+    "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
     "guardian.backends.ObjectPermissionBackend",
 ]
@@ -101,6 +110,32 @@ LOGIN_REDIRECT_URL = "dashboard"
 LOGOUT_REDIRECT_URL = "login"
 GUARDIAN_RAISE_403 = False
 ANONYMOUS_USER_NAME = None
+
+# Sign-in throttling (django-axes): after CONSOLE_SIGNIN_FAILURE_LIMIT failed sign-ins for a
+# username, that username is refused for CONSOLE_SIGNIN_LOCKOUT_MINUTES, on the token endpoint
+# and the login page alike. Counted per username, not per IP: a guesser rotating addresses is
+# stopped all the same (the price: a guesser can keep a known username locked; see docs/operations.md).
+CONSOLE_SIGNIN_FAILURE_LIMIT: int = env.int("CONSOLE_SIGNIN_FAILURE_LIMIT", default=5)
+CONSOLE_SIGNIN_LOCKOUT_MINUTES: int = env.int("CONSOLE_SIGNIN_LOCKOUT_MINUTES", default=5)
+if CONSOLE_SIGNIN_FAILURE_LIMIT < 1 or CONSOLE_SIGNIN_LOCKOUT_MINUTES < 1:
+    raise ConfigError("CONSOLE_SIGNIN_FAILURE_LIMIT and CONSOLE_SIGNIN_LOCKOUT_MINUTES must be at least 1.")
+# Callables rather than copies, so the CONSOLE_ names stay the one source (tests override them).
+AXES_FAILURE_LIMIT = "console.signin.failure_limit"
+AXES_COOLOFF_TIME = "console.signin.lockout_duration"
+AXES_LOCKOUT_PARAMETERS = ["username"]
+# axes.W006 warns that a lockout without the IP can be dodged by rotating user agents or cookies;
+# ours is keyed by the username alone, which no rotation changes (spraying many usernames from
+# one address is the reverse proxy's rate limit to stop; docs/operations.md).
+SILENCED_SYSTEM_CHECKS = ["axes.W006"]
+AXES_RESET_ON_SUCCESS = True  # a successful sign-in forgets the earlier failures
+AXES_LOCKOUT_CALLABLE = "console.signin.lockout_response"
+AXES_VERBOSE = False  # axes logs every attempt at INFO otherwise; lockouts are still logged
+
+# DRF tokens expire this many hours after they were issued (console.tokens); a new sign-in on
+# /api/v1/auth/token/ after that issues a new one.
+CONSOLE_TOKEN_TTL_HOURS: float = env.float("CONSOLE_TOKEN_TTL_HOURS", default=720.0)
+if CONSOLE_TOKEN_TTL_HOURS <= 0:
+    raise ConfigError("CONSOLE_TOKEN_TTL_HOURS must be more than 0.")
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -125,7 +160,7 @@ WHITENOISE_USE_FINDERS = DEBUG
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: its WWW-Authenticate header makes anonymous requests a 401, not a 403.
-        "rest_framework.authentication.TokenAuthentication",
+        "console.tokens.ExpiringTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -151,6 +186,24 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "JobKindEnum": "scheduling.models.JobKind",
         "JobEventKindEnum": "scheduling.models.JobEventKind",
+    },
+}
+
+# Content-Security-Policy (django-csp): only our own origin. No 'unsafe-inline' anywhere: pages
+# keep their scripts and styles in static files. console.csp adds ws:// or wss:// of the
+# request's own host to connect-src, since 'self' does not cover websockets in every browser.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
     },
 }
 
@@ -197,6 +250,8 @@ LOGGING = {
         "celery.app.trace": {"level": "WARNING"},
         "celery.worker.strategy": {"level": "WARNING"},
         "celery.beat": {"level": "WARNING"},
+        # axes logs every sign-in at INFO; its lockouts are WARNING and still show.
+        "axes": {"level": "WARNING"},
     },
 }
 

@@ -3,12 +3,13 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from console import api, quota_views, views
 
 api_v1: list[URLPattern | URLResolver] = [
     path("auth/token/", api.ObtainTokenView.as_view(), name="api-token"),
+    path("auth/sign-out-everywhere/", api.SignOutEverywhereView.as_view(), name="api-sign-out-everywhere"),
     path("", include("console.api_urls")),
     path("", include("quotas.api.urls")),
     path("", include("workspaces.api.urls")),
@@ -20,10 +21,12 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("sign-out-everywhere/", views.sign_out_everywhere, name="sign-out-everywhere"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    # The split view serves Swagger UI's init script as a file (?script=), not inline: the CSP allows no inline script.
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     re_path(r"^(?P<unmatched>api/.*)$", api.not_found, name="api-not-found"),
     path("quotas/", quota_views.resource_quotas, name="resource-quotas"),
     path("quotas/new/", quota_views.quota_new, name="quota-new"),

@@ -1,4 +1,5 @@
-"""`users/`: platform admins create accounts; everyone signed in may read their own."""
+"""`users/`: platform admins create, read and change accounts (PATCH; `is_active: false`
+deactivates one and revokes its tokens and sessions through console.services.update_user)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,18 @@ class UserSerializer(JsonTypedMixin, serializers.ModelSerializer[AbstractUser]):
 
     class Meta:
         model = User
-        fields = ["id", "username", "password", "email", "is_platform_admin"]
+        fields = ["id", "username", "password", "email", "is_platform_admin", "is_active"]
         read_only_fields = ["id"]
+        extra_kwargs = {"is_active": {"default": True}}
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # An update changes email, is_active and is_platform_admin; the username and password
+        # are set at creation (a password change is the user's own, not an admin's PATCH).
+        if self.instance is not None:
+            fixed = sorted({"username", "password"} & set(self.initial_data))
+            if fixed:
+                raise serializers.ValidationError({name: [f"{name} cannot be changed here."] for name in fixed})
+        return attrs
 
     def create(self, validated_data: dict[str, Any]) -> AbstractUser:
         request = self.context["request"]
@@ -35,15 +46,27 @@ class UserSerializer(JsonTypedMixin, serializers.ModelSerializer[AbstractUser]):
             is_platform_admin=validated_data.get("is_superuser", False),
         )
 
+    def update(self, instance: AbstractUser, validated_data: dict[str, Any]) -> AbstractUser:
+        return services.update_user(
+            actor=self.context["request"].user,
+            user=instance,
+            email=validated_data.get("email"),
+            is_active=validated_data.get("is_active"),
+            is_platform_admin=validated_data.get("is_superuser"),
+        )
+
 
 class UserViewSet(
     mixins.CreateModelMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
+    mixins.UpdateModelMixin,
     viewsets.GenericViewSet[AbstractUser],
 ):
     serializer_class = UserSerializer
     permission_classes = [IsPlatformAdmin]
+    # PATCH only: a PUT would have to resend the password, which an update refuses.
+    http_method_names = ["get", "post", "patch", "head", "options"]
 
     def get_queryset(self) -> QuerySet[AbstractUser]:
         return User.objects.order_by("id")

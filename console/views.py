@@ -1,13 +1,18 @@
-"""Pages of the console itself: the dashboard and /healthz."""
+"""Pages of the console itself: the dashboard, /healthz and sign-out-everywhere."""
 
 from __future__ import annotations
 
+from django.contrib import messages
+from django.contrib.auth import logout
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST
 
-from console import health
+from console import health, services
 
 
 @never_cache
@@ -23,3 +28,19 @@ def healthz(request: HttpRequest) -> JsonResponse:
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
     return render(request, "console/dashboard.html")
+
+
+@require_POST
+@login_required
+def sign_out_everywhere(request: HttpRequest) -> HttpResponse:
+    """The user menu's "Sign out everywhere": every token and session of the user, this one too."""
+    user = request.user
+    if not isinstance(user, AbstractBaseUser):  # login_required lets no anonymous user through
+        raise PermissionDenied
+    revoked = services.sign_out_everywhere(actor=user, user=user)
+    logout(request)
+    messages.success(
+        request,
+        f"Signed out everywhere: {revoked.sessions} session(s) ended and {revoked.tokens} API token(s) revoked.",
+    )
+    return redirect("login")

@@ -56,6 +56,7 @@ def test_platform_admin_creates_users(admin_client_api: APIClient) -> None:
         "username": "bob",
         "email": "bob@example.org",
         "is_platform_admin": False,
+        "is_active": True,
     }
     bob = get_user_model().objects.get(username="bob")
     assert bob.check_password("long-enough-pw")

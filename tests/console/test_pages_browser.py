@@ -30,7 +30,7 @@ def test_sign_in_shows_the_user_and_navigation_then_sign_out(
     expect(page.get_by_role("navigation", name="Main").get_by_role("link", name="Dashboard")).to_be_visible()
     expect(page.locator("link[rel=stylesheet]")).to_have_attribute("href", "/static/console/console.css")
 
-    page.get_by_role("button", name="Sign out").click()
+    page.get_by_role("button", name="Sign out", exact=True).click()
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 from playwright.sync_api import Page, expect
@@ -115,7 +116,8 @@ def test_job_pages_show_only_visible_jobs(
 ) -> None:
     settings.SCHEDULER_TRIGGER = "none"
     build_pai(make_user)
-    client.login(username=username, password=PASSWORD)
+    # force_login: axes' backend refuses Client.login(), which authenticates without a request.
+    client.force_login(get_user_model().objects.get(username=username))
     assert client.get(f"/jobs/{Job.objects.get(name=job).pk}/").status_code == status
 
 
@@ -125,7 +127,7 @@ def test_a_visitor_sees_no_cancel_button_and_is_refused_with_the_reason(
 ) -> None:
     settings.SCHEDULER_TRIGGER = "none"
     build_pai(make_user)
-    client.login(username="victor", password=PASSWORD)
+    client.force_login(get_user_model().objects.get(username="victor"))
     job = Job.objects.get(name="train-b")
     page = client.get(f"/jobs/{job.pk}/")
     assert page.status_code == 200
