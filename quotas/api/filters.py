@@ -46,6 +46,15 @@ class StrictFilterSet(django_filters.FilterSet):  # type: ignore[misc]
         models.BigIntegerField: {"filter_class": IntegerFilter},
     }
 
+    def is_valid(self) -> bool:
+        # django-filter reads `?state=` as "no filter"; for a choice, a number or a boolean the
+        # empty string is outside the schema, so it is the client's mistake to name.
+        errors = self.form.errors
+        for name, query_filter in self.filters.items():
+            if self.data.get(name) == "" and type(query_filter) is not django_filters.CharFilter:
+                self.form.add_error(name, f"{name} must not be empty; leave it out to list everything.")
+        return bool(self.is_bound and not errors)
+
 
 class QuotaFilter(StrictFilterSet):
     parent = django_filters.CharFilter(field_name="parent__name", help_text="The parent's name.")

@@ -223,6 +223,11 @@ class LabelsField(serializers.DictField):
             raise serializers.ValidationError(
                 f"labels hold at most {bounds.NODE_LABELS_MAX} entries, got {len(value)}."
             )
+        if isinstance(value, dict):
+            # CharField would turn 0 into "0"; the schema says a label's value is a string.
+            not_text = [key for key, label in value.items() if not isinstance(label, str)]
+            if not_text:
+                raise serializers.ValidationError(f"label {str(not_text[0])[:40]!r} must be a string.")
         labels: dict[str, Any] = super().to_internal_value(value)
         too_long = [key for key in labels if len(key) > bounds.LABEL_KEY_MAX_LENGTH]
         if too_long:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import Serializer
@@ -28,9 +28,13 @@ from quotas.api.serializers import (
 )
 from quotas.models import AuditRecord, Node, NodeState, Quota
 
+# A query string carries text: the schema names the two words `?dry_run=` takes.
 DRY_RUN_PARAMETER = OpenApiParameter(
-    "dry_run", OpenApiTypes.BOOL, description="Validate and preview only; nothing changes. Also accepted in the body."
+    "dry_run",
+    {"type": "string", "enum": ["true", "false"]},
+    description="Validate and preview only; nothing changes. Also accepted in the body.",
 )
+QUERY_BOOLEANS = {"true": True, "false": False}
 
 
 def _dry_run(request: Request, validated: dict[str, Any]) -> bool:
@@ -41,9 +45,12 @@ def _dry_run(request: Request, validated: dict[str, Any]) -> bool:
 
 def _query_dry_run(request: Request) -> bool:
     """`?dry_run=` is true or false; anything else (`null`, `maybe`) is a 400, not a real write."""
-    serializer = DryRunFlagSerializer(data={"dry_run": request.query_params.get("dry_run", False)})
-    serializer.is_valid(raise_exception=True)
-    return bool(serializer.validated_data["dry_run"])
+    written = request.query_params.get("dry_run")
+    if written is None:
+        return False
+    if written not in QUERY_BOOLEANS:
+        raise ValidationError({"dry_run": [f"dry_run must be true or false, got {written[:40]!r}."]})
+    return QUERY_BOOLEANS[written]
 
 
 def _or_dry_run(serializer: type[Serializer[Any]], name: str) -> PolymorphicProxySerializer:

@@ -125,8 +125,8 @@ def test_every_page_works_under_the_policy(
         expect(page.locator("header.topbar")).to_have_css("background-color", "rgb(20, 32, 51)")
     # The quota tree keeps its indentation without style="" attributes.
     page.goto(f"{live_server.url}/quotas/")
-    child = page.locator('tr[data-quota="Quota1.1"] td').first
-    expect(child).to_have_css("padding-left", "30px")  # depth 1: 2em of the 15px body font
+    child = page.locator('tr[data-quota="Quota1.1"] th').first
+    expect(child).to_have_css("padding-left", "28px")  # depth 1 (console.css: .quota-tree .depth-1)
 
     # The job list's state filter submits on change, from a script file (it was an onchange="").
     page.goto(f"{live_server.url}/jobs/")

@@ -10,7 +10,6 @@ from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
 from quotas.models import AuditRecord, Quota
-from tests.conftest import PASSWORD
 from tests.console.conftest import ROLES, quota_id
 
 pytestmark = pytest.mark.django_db
@@ -28,7 +27,8 @@ ACTIONS = (
 
 def client_as(users: dict[str, AbstractUser], role: str) -> Client:
     client = Client()
-    assert client.login(username=users[role].username, password=PASSWORD)
+    # force_login: axes' backend refuses Client.login(), which authenticates without a request.
+    client.force_login(users[role])
     return client
 
 

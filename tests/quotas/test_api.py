@@ -206,7 +206,9 @@ def test_a_broken_rule_is_a_400_naming_the_field_and_the_numbers(pai_tree: Tree,
         pytest.param(
             {"name": "x", "parent": "Quota9"}, "parent", "There is no quota named Quota9.", id="unknown-parent"
         ),
-        pytest.param({"name": "x", "gpus": "many"}, "gpus", "A valid number is required.", id="gpus-not-a-number"),
+        pytest.param(
+            {"name": "x", "gpus": "many"}, "gpus", "gpus must be a number, got a string.", id="gpus-not-a-number"
+        ),
         pytest.param(
             {"name": "x", "queue_policy": "lifo"}, "queue_policy", '"lifo" is not a valid choice.', id="policy"
         ),
