@@ -45,7 +45,8 @@ def kind_error(name: str, field: serializers.Field[Any, Any, Any, Any], value: A
 
 
 class JsonTypedMixin:
-    """Refuse, field by field, a value of the wrong JSON kind before DRF coerces it."""
+    # Refuse, field by field, a value of the wrong JSON kind before DRF coerces it. (A comment,
+    # not a docstring: drf-spectacular would publish it as every serializer's description.)
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, Mapping):

@@ -186,11 +186,14 @@ class TransferResultSerializer(JsonTypedMixin, serializers.Serializer[dict[str, 
 
 
 class DryRunPreviewSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
-    admit = serializers.ListField(child=serializers.DictField())
-    evict = serializers.ListField(child=serializers.DictField())
-    tree = serializers.ListField(child=serializers.DictField())
+    # Each dry run fills what it can say: a job's cancel has no tree, a node's no shares.
+    admit = serializers.ListField(child=serializers.DictField(), required=False)
+    evict = serializers.ListField(child=serializers.DictField(), required=False)
+    tree = serializers.ListField(child=serializers.DictField(), required=False)
     shares = serializers.ListField(
-        child=serializers.DictField(), help_text="Fair share and allocated GPUs per quota after the change."
+        child=serializers.DictField(),
+        required=False,
+        help_text="Fair share and allocated GPUs per quota after the change.",
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -60,6 +60,11 @@ def _or_dry_run(serializer: type[Serializer[Any]], name: str) -> PolymorphicProx
     )
 
 
+@extend_schema_view(
+    partial_update=extend_schema(
+        parameters=[DRY_RUN_PARAMETER], responses={200: _or_dry_run(QuotaSerializer, "QuotaOrDryRun")}
+    )
+)
 class QuotaViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
     """The quota tree. Platform admins write; signed-in users read what they may see."""
 
@@ -143,6 +148,11 @@ class QuotaViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
         return Response(outcome)
 
 
+@extend_schema_view(
+    partial_update=extend_schema(
+        parameters=[DRY_RUN_PARAMETER], responses={200: _or_dry_run(NodeSerializer, "NodeOrDryRun")}
+    )
+)
 class NodeViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
     """The inventory. Platform admins write; signed-in users read."""
 

@@ -89,7 +89,8 @@ class JobViewSet(
         return Response(JobSerializer(selectors.job_list().get(pk=outcome.pk)).data)
 
     @extend_schema(responses={200: JobEventSerializer(many=True)})
-    @action(detail=True, methods=["get"])
+    # A job's whole history, unpaginated; the list's filters (state, kind…) are not the events'.
+    @action(detail=True, methods=["get"], filter_backends=[], pagination_class=None)
     def events(self, request: Request, pk: str | None = None) -> Response:
         job = self.get_object()
         return Response(JobEventSerializer(selectors.job_events(job=job), many=True).data)
