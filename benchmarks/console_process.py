@@ -35,6 +35,7 @@ class RunningConsole:
     url: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    database_url: str
     peak_rss: dict[str, int] = field(default_factory=dict)
 
     def token(self, username: str) -> str:
@@ -48,6 +49,43 @@ class RunningConsole:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def main_process(self, role: str) -> psutil.Process:
+        """The launcher's own child for `role` (web, worker, beat): the one a crash takes down."""
+        for child in psutil.Process(self.process.pid).children():
+            if _role(child) == role:
+                return child
+        raise LookupError(f"no {role} process under the launcher")
+
+    def health(self) -> tuple[int, dict[str, object]]:
+        """/healthz's status code and body; (0, {}) when the web server does not answer."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as answer:
+                return answer.status, json.load(answer)
+        except urllib.error.HTTPError as refused:
+            return refused.code, json.loads(refused.read() or b"{}")
+        except (urllib.error.URLError, OSError):
+            return 0, {}
+
+    def wait_until(self, healthy: bool, deadline_s: float) -> float:
+        """Seconds until /healthz is (or is no longer) ok; raises after `deadline_s`."""
+        started = time.monotonic()
+        while time.monotonic() - started < deadline_s:
+            if (self.health()[0] == 200) == healthy:
+                return time.monotonic() - started
+            time.sleep(0.2)
+        raise TimeoutError(f"/healthz was not {'ok' if healthy else 'red'} within {deadline_s:.0f} s")
+
+    def check_invariants(self) -> subprocess.CompletedProcess[str]:
+        """`manage.py check_invariants` on the console's database, as an operator would run it."""
+        return subprocess.run(
+            [sys.executable, "manage.py", "check_invariants"],
+            cwd=ROOT,
+            env={**os.environ, "DATABASE_URL": self.database_url, "DJANGO_SETTINGS_MODULE": "console.settings"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     def peak_rss_mib(self) -> float:
         return max(self.peak_rss.values(), default=0) / 2**20
@@ -108,6 +146,15 @@ def fresh_postgres(server_url: str, name: str) -> str:
     return f"{base}/{name}"
 
 
+def drop_postgres(url: str) -> None:
+    """Drop the database of `url` (a scratch one from `fresh_postgres`)."""
+    import psycopg
+
+    base, name = url.rsplit("/", 1)
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as server:
+        server.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @contextmanager
 def running_console(
     *, port: int, database_url: str = "", redis_url: str = "", memory_cap_bytes: int = 3_000_000_000
@@ -117,6 +164,8 @@ def running_console(
     environment = {
         **os.environ,
         "PORT": str(port),
+        # The launcher only sets a default; a test suite's own settings module must not leak in.
+        "DJANGO_SETTINGS_MODULE": "console.settings",
         "DATABASE_URL": database_url or f"sqlite:///{scratch / 'console.sqlite3'}",
     }
     environment.pop("REDIS_URL", None)
@@ -134,7 +183,12 @@ def running_console(
     ]
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)
-    console = RunningConsole(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
+    console = RunningConsole(
+        url=f"http://127.0.0.1:{port}",
+        process=process,
+        log_path=log_path,
+        database_url=environment["DATABASE_URL"],
+    )
     stop_sampling = threading.Event()
     sampler = threading.Thread(target=_sample_rss, args=(process.pid, console.peak_rss, stop_sampling), daemon=True)
     sampler.start()

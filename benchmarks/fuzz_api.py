@@ -103,7 +103,8 @@ def _interactions(event: object) -> list[int]:
     return [
         int(item["response"]["status_code"])  # type: ignore[index, call-overload]
         for item in _walk(event)
-        if isinstance(item.get("response"), dict) and "status_code" in item["response"]  # type: ignore[operator]
+        if isinstance(item.get("response"), dict)
+        and "status_code" in item["response"]  # type: ignore[operator]
         and "request" in item
     ]
 

@@ -77,6 +77,25 @@ class CycleOutcome:
     admitted_ids: tuple[int, ...] = field(default=(), repr=False)
     evicted_ids: tuple[int, ...] = field(default=(), repr=False)
 
+    @classmethod
+    def from_record(cls, record: CycleRecord) -> CycleOutcome:
+        """What a committed cycle did, read back from its record (another process ran it)."""
+        decisions = record.decisions if isinstance(record.decisions, dict) else {"committed": record.decisions}
+        return cls(
+            ran=True,
+            committed=True,
+            trigger=record.trigger,
+            token=record.lock_token,
+            started_at=record.started_at,
+            duration_ms=record.duration_ms,
+            admitted=record.admitted,
+            evicted=record.evicted,
+            pending=record.pending,
+            skipped=len(decisions.get("skipped") or ()),
+            decisions=tuple(decisions.get("committed") or ()),
+            record_id=record.pk,
+        )
+
     @property
     def changed(self) -> bool:
         return bool(self.decisions) or self.executor_changes > 0

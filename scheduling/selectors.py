@@ -392,6 +392,11 @@ def last_cycle() -> CycleRecord | None:
     return CycleRecord.objects.order_by("-started_at", "-id").first()
 
 
+def first_cycle_since(moment: datetime) -> CycleRecord | None:
+    """The first committed cycle that started at or after `moment` (so saw what came before)."""
+    return CycleRecord.objects.filter(started_at__gte=moment).order_by("started_at", "id").first()
+
+
 def user_gpus_in_use(*, user_id: int, workspace_id: int, quota_id: int) -> float:
     """GPUs the user's live jobs of the workspace in the quota ask for (pending ones included, so
     queueing many small jobs cannot slip past a per-user cap)."""

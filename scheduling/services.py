@@ -8,6 +8,7 @@ raises PermissionDenied with the reason.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -34,7 +35,7 @@ from scheduling.models import (
     JobKind,
     JobState,
 )
-from scheduling.selectors import build_snapshot, job_key, user_gpus_in_use
+from scheduling.selectors import build_snapshot, first_cycle_since, job_key, user_gpus_in_use
 from workspaces.models import QuotaBinding, Workspace
 from workspaces.permissions import can, check_submission, denial_reason
 
@@ -542,8 +543,8 @@ def is_final(job: Job) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class ManualCycle:
-    """The answer to "run a cycle now": the cycle's outcome, and whether, the lock being busy,
-    one was queued instead (the running cycle or the queued one will see every change)."""
+    """The answer to "run a cycle now": the cycle's outcome, or, when none finished within the
+    wait, `queued` (the worker runs it; /scheduler/status/ shows it when done)."""
 
     outcome: CycleOutcome
     queued: bool
@@ -552,16 +553,33 @@ class ManualCycle:
         return {**self.outcome.as_dict(), "queued": self.queued}
 
 
+# How often a person's "run a cycle now" looks for the worker's cycle record.
+MANUAL_CYCLE_POLL_SECONDS = 0.05
+
+
 def run_cycle_now(*, trigger: str) -> ManualCycle:
-    """A cycle for a person waiting on an answer: it waits for the lock at most
-    SCHEDULER_API_LOCK_WAIT_SECONDS (a second by default), then queues one rather than hang."""
+    """A cycle for a person waiting on an answer, who gets one within
+    SCHEDULER_API_LOCK_WAIT_SECONDS (a second by default), never a hang.
+
+    With a worker (celery triggers) the cycle is handed to it, and the answer is the first cycle
+    that starts after the request if it commits in time, else `queued`: the web process never
+    waits on the cycle lock or on a long commit behind other writers. Without a worker the cycle
+    runs here, waiting for the lock at most that long.
+    """
     wait = float(getattr(settings, "SCHEDULER_API_LOCK_WAIT_SECONDS", 1.0))
-    outcome = run_cycle(trigger=trigger, wait_seconds=wait)
-    # Only a queue can take the request; inline mode would run it here and wait on the lock again.
-    queued = outcome.refused == "lock_busy" and triggers.trigger_mode() == "celery"
-    if queued:
-        triggers.request_cycle(trigger)  # False when one is queued already, which serves as well
-    return ManualCycle(outcome=outcome, queued=queued)
+    if triggers.trigger_mode() != "celery":
+        return ManualCycle(outcome=run_cycle(trigger=trigger, wait_seconds=wait), queued=False)
+    asked_at = get_clock().now()
+    # False when a cycle is queued already: it has not started, so it sees everything until now.
+    triggers.request_cycle(trigger)
+    deadline = time.monotonic() + wait
+    while True:
+        record = first_cycle_since(asked_at)
+        if record is not None:
+            return ManualCycle(outcome=CycleOutcome.from_record(record), queued=False)
+        if time.monotonic() >= deadline:
+            return ManualCycle(outcome=CycleOutcome(ran=False, committed=False, trigger=trigger), queued=True)
+        time.sleep(MANUAL_CYCLE_POLL_SECONDS)
 
 
 __all__ = [

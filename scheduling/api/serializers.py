@@ -134,7 +134,10 @@ class CycleOutcomeSerializer(JsonTypedMixin, serializers.Serializer[dict[str, An
     executor_changes = serializers.IntegerField()
     refused = serializers.CharField(allow_blank=True)
     decisions = serializers.ListField(child=serializers.DictField())
-    queued = serializers.BooleanField(help_text="The lock was busy, so a cycle was queued instead.")
+    queued = serializers.BooleanField(
+        help_text="No cycle finished within the wait (a second): one is queued for the worker; "
+        "GET scheduler/status/ shows it when done."
+    )
 
 
 class SchedulerStatusSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):

@@ -42,9 +42,7 @@ FUZZ_SETTINGS = settings(
 
 # Loaded at collection: the schema view reads no table, and each operation becomes its own test,
 # which xdist can spread over the workers.
-schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", WSGIHandler()).exclude(
-    path_regex=SELF_DEFEATING
-)
+schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", WSGIHandler()).exclude(path_regex=SELF_DEFEATING)
 
 
 @pytest.fixture

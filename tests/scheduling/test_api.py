@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from quotas import hooks
 from scheduling import services
-from scheduling.lock import RedisCycleLock, redis_client
+from scheduling.lock import redis_client
 from scheduling.models import Job, JobState
 from scheduling.triggers import requested_key
 from tests.scheduling.conftest import Cluster
@@ -157,25 +157,19 @@ def test_only_platform_admins_run_a_cycle(
     assert client_for(member).get("/api/v1/scheduler/status/").json()["decisions"] is None
 
 
-def test_a_manual_cycle_while_another_holds_the_lock_answers_busy_and_queues_one(
+def test_a_manual_cycle_no_worker_finishes_in_time_answers_queued_within_the_wait(
     cluster: Cluster, admin_client_api: APIClient, settings: Any
 ) -> None:
-    settings.SCHEDULER_TRIGGER = "celery"
-    settings.SCHEDULER_API_LOCK_WAIT_SECONDS = 0.05
-    settings.SCHEDULER_LOCK = "redis"  # a holder other than this test's own database session
-    held = RedisCycleLock()
-    lease = held.acquire()
-    assert lease is not None
+    settings.SCHEDULER_TRIGGER = "celery"  # handed to a worker; none consumes this test's queue
+    settings.SCHEDULER_API_LOCK_WAIT_SECONDS = 0.2
     try:
-        busy = admin_client_api.post("/api/v1/scheduler/cycle/").json()
+        answer = admin_client_api.post("/api/v1/scheduler/cycle/").json()
         queued_reason = redis_client().get(requested_key())
     finally:
-        held.release(lease)
         redis_client().delete(requested_key())
 
-    assert (busy["ran"], busy["refused"], busy["queued"]) == (False, "lock_busy", True)
+    assert (answer["ran"], answer["committed"], answer["queued"], answer["decisions"]) == (False, False, True, [])
     assert queued_reason == b"api:platform-admin"
-    assert admin_client_api.post("/api/v1/scheduler/cycle/").json()["queued"] is False
 
 
 def test_quota_status_is_filled_from_the_scheduler(cluster: Cluster) -> None:

@@ -85,6 +85,21 @@ def test_a_job_submitted_over_the_api_is_run_by_the_worker(worker: str, make_use
     wait_for(lambda: Job.objects.get(pk=job_id).state == JobState.CANCELLED)
 
 
+def test_a_manual_cycle_is_run_by_the_worker_and_answered_with_its_decisions(
+    worker: str, platform_admin: AbstractUser, settings: Any
+) -> None:
+    settings.SCHEDULER_API_LOCK_WAIT_SECONDS = 10.0  # a loaded CI machine: the worker's cycle must land
+    cluster = build_cluster()
+    with triggers.paused():
+        cluster.submit("waiting", gpus=2)
+    client = APIClient()
+    client.force_authenticate(platform_admin)
+    answer = client.post("/api/v1/scheduler/cycle/").json()
+    assert (answer["ran"], answer["committed"], answer["queued"]) == (True, True, False)
+    assert [(decision["kind"], decision["job"]) for decision in answer["decisions"]] == [("admit", "waiting")]
+    assert Job.objects.get(name="waiting").state == JobState.RUNNING
+
+
 def test_a_broker_outage_never_fails_a_submission(cluster_settings_redis_down: None, make_user: Any) -> None:
     cluster = build_cluster()
     owner: AbstractUser = make_user("bob")
@@ -110,6 +125,8 @@ def test_a_burst_of_requests_queues_one_cycle_until_the_task_starts(settings: An
     import redis
 
     settings.SCHEDULER_TRIGGER = "celery"
+    # The request key lives twice the beat period: long enough for a slow machine's 1,000 calls.
+    settings.SCHEDULER_BEAT_SECONDS = 120
     queue = f"runtime-burst-{uuid.uuid4().hex[:8]}"
     previous = app.conf.task_default_queue
     app.conf.task_default_queue = queue
