@@ -34,8 +34,15 @@ class ConfigError(Exception):
     """A setting from the environment is unusable; the message is for a person."""
 
 
-def database_config(url: str, var_dir: Path) -> dict[str, Any]:
-    """Turn DATABASE_URL into Django's DATABASES entry; empty means a SQLite file in var/."""
+# A request waits this long for a pooled connection before it fails with a 500 that says so.
+POOL_TIMEOUT_SECONDS = 10.0
+
+
+def database_config(url: str, var_dir: Path, *, pool_size: int = 10) -> dict[str, Any]:
+    """Turn DATABASE_URL into Django's DATABASES entry; empty means a SQLite file in var/.
+
+    PostgreSQL connections come from a pool of at most `pool_size` per process.
+    """
     if not url:
         return {
             "ENGINE": "django.db.backends.sqlite3",
@@ -62,8 +69,15 @@ def database_config(url: str, var_dir: Path) -> dict[str, Any]:
     if config["ENGINE"] == "django.db.backends.sqlite3":
         config.setdefault("OPTIONS", {}).update(SQLITE_OPTIONS)
     else:
-        config["CONN_MAX_AGE"] = 60
-        config["CONN_HEALTH_CHECKS"] = True
+        # A pool per process (psycopg's, through Django): the web server answers on many threads
+        # under ASGI, and connections kept per thread (CONN_MAX_AGE) grew past the server's
+        # max_connections under load ("too many clients already"). The pool bounds them.
+        config["CONN_MAX_AGE"] = 0
+        config.setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": pool_size,
+            "timeout": POOL_TIMEOUT_SECONDS,
+        }
     return config
 
 

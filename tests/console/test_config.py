@@ -45,6 +45,31 @@ def test_postgres_url_is_parsed() -> None:
     config = database_config("postgres://postgres@127.0.0.1:5432/test", Path("/nowhere"))
     assert config["ENGINE"] == "django.db.backends.postgresql"
     assert (config["HOST"], config["PORT"], config["NAME"], config["USER"]) == ("127.0.0.1", 5432, "test", "postgres")
+    # Connections come from a bounded pool per process, never kept per thread.
+    assert config["CONN_MAX_AGE"] == 0
+    assert config["OPTIONS"]["pool"]["max_size"] == 10
+
+
+@pytest.mark.skipif(
+    not os.environ.get("DATABASE_URL", "").startswith("postgres"), reason="needs PostgreSQL (DATABASE_URL)"
+)
+@pytest.mark.django_db(transaction=True)
+def test_many_threads_share_the_pool_without_exceeding_it() -> None:
+    """Forty threads each run a query on the real server; the console opens at most the pool's size."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection, connections
+
+    def count_mine(_: int) -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+            seen = int(cursor.fetchone()[0])
+        connections.close_all()
+        return seen
+
+    with ThreadPoolExecutor(max_workers=40) as threads:
+        seen = list(threads.map(count_mine, range(200)))
+    assert max(seen) <= 10 + 2  # the pool, plus this test's own connection and the server's own
 
 
 @pytest.mark.parametrize(
