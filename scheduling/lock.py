@@ -82,7 +82,7 @@ class RedisCycleLock:
     def __init__(self, *, client: redis.Redis | None = None, ttl_seconds: float | None = None) -> None:
         self.client = client or redis_client()
         self.key = f"{redis_prefix()}cycle-lock"
-        self.ttl_ms = int(1000 * (ttl_seconds or float(getattr(settings, "SCHEDULER_LOCK_TTL_SECONDS", 60.0))))
+        self.ttl_ms = int(1000 * (ttl_seconds or float(getattr(settings, "SCHEDULER_LOCK_TTL_SECONDS", 15.0))))
 
     def acquire(self, *, wait_seconds: float = 0.0) -> CycleLease | None:
         holder = holder_name()

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, NamedTuple, TypedDict
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Count, FloatField, Func, QuerySet, Sum
 
 from quotas.hooks import QuotaStatus as QuotaStatusFigures
@@ -483,6 +483,18 @@ def invariant_violations() -> list[str]:
     than its limit; every job is in a state of the model, with one `submitted` event, placements
     matching what it says it holds, and the event its final state needs.
     """
+    # One snapshot for every query: read one by one, a cycle committing in between would show
+    # a job running without the placements it committed with.
+    if connection.in_atomic_block:
+        return _invariant_violations()
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        return _invariant_violations()
+
+
+def _invariant_violations() -> list[str]:
     violations: list[str] = []
     device_use: dict[tuple[int, int], float] = defaultdict(float)
     held_by_job: dict[int, float] = defaultdict(float)

@@ -70,13 +70,14 @@ def _queue_task(reason: str) -> bool:
         client = redis_client()
         if not client.set(requested_key(), reason, nx=True, ex=ttl):
             return False  # A cycle is already queued; it will see this change too.
-    except Exception:
-        logger.warning("could not mark a cycle as requested (%s); beat will run one", reason, exc_info=True)
+    except Exception as error:  # noqa: BLE001 (whatever Redis or the broker raise, the write stands; beat catches up)
+        # One line, not a traceback: during a Redis outage every submission comes here.
+        logger.warning("could not mark a cycle as requested (%s): %s; beat will run one", reason, error)
         return False
     try:
         run_scheduling_cycle.apply_async(kwargs={"trigger": reason}, retry=False)
-    except Exception:
-        logger.warning("could not queue a cycle (%s); beat will run one", reason, exc_info=True)
+    except Exception as error:  # noqa: BLE001 (whatever Redis or the broker raise, the write stands; beat catches up)
+        logger.warning("could not queue a cycle (%s): %s; beat will run one", reason, error)
         with contextlib.suppress(Exception):  # the key expires by itself
             client.delete(requested_key())
         return False
@@ -87,8 +88,8 @@ def clear_request() -> None:
     """The task calls this before it reads its snapshot, so later requests queue a fresh cycle."""
     try:
         redis_client().delete(requested_key())
-    except Exception:
-        logger.warning("could not clear the cycle request key", exc_info=True)
+    except Exception as error:  # noqa: BLE001 (whatever Redis or the broker raise, the write stands; beat catches up)
+        logger.warning("could not clear the cycle request key: %s", error)
 
 
 def _run_inline(reason: str) -> bool:

@@ -38,7 +38,11 @@ def scratch_database() -> Iterator[str]:
 def assert_nothing_lost(result: dict[str, object]) -> None:
     assert result["accepted"], result
     assert result["accepted_but_not_stored"] == [], result
-    assert result["stored_without_a_201"] == 0, result
+    # A job may be stored whose 201 never arrived (the web server died between commit and
+    # answer); never more of them than the submissions that got no answer.
+    answers = dict(result["answers"])  # type: ignore[call-overload]
+    unanswered = sum(count for status, count in answers.items() if not status.isdigit())
+    assert int(str(result["stored_without_a_201"])) <= unanswered, result
     assert result["invariants_hold"], result["invariants_output"]
 
 
