@@ -1,0 +1,277 @@
+"""The `gqc` commands: sign in, submit, list, describe, cancel, and read quotas and workspaces.
+
+Every command prints what a person reads by default and `-o json|yaml` for scripts; failures
+print the API's own sentence on stderr and exit with a code from gqc.client (docs/cli.md).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import click
+
+from gqc import config
+from gqc.client import EXIT_SIGNED_OUT, EXIT_WAITS, ApiError, ConsoleClient
+from gqc.output import FORMATS, Column, emit, gpus, moment
+
+JOB_KINDS = ("training", "inference", "notebook")
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+class ConsoleGroup(click.Group):
+    """Turns an ApiError from any command into its sentence on stderr and its exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ApiError as failure:
+            click.echo(f"gqc: {failure.message}", err=True)
+            ctx.exit(failure.exit_code)
+
+
+def output_option(command: Command) -> Command:
+    return click.option(
+        "-o",
+        "--output",
+        type=click.Choice(FORMATS),
+        default="table",
+        show_default=True,
+        help="table for people; wide adds columns; json and yaml print the API's answer.",
+    )(command)
+
+
+@contextmanager
+def signed_in() -> Iterator[ConsoleClient]:
+    credentials = config.load()
+    if credentials is None:
+        raise ApiError("not signed in: run `gqc login URL` first", exit_code=EXIT_SIGNED_OUT)
+    with ConsoleClient(credentials.url, credentials.token) as client:
+        yield client
+
+
+@click.group(cls=ConsoleGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gpu-quota-console", prog_name="gqc")
+def cli() -> None:
+    """GPU Quota Console from the terminal: submit jobs, watch them, read your quotas."""
+
+
+@cli.command()
+@click.argument("url")
+@click.option("--username", "-u", help="Your console username; asked for when left out.")
+@click.option("--password-stdin", is_flag=True, help="Read the password from the first line of stdin.")
+def login(url: str, username: str | None, password_stdin: bool) -> None:
+    """Sign in to the console at URL and keep a token (mode 0600) for the other commands."""
+    username = username or click.prompt("Username")
+    password = sys.stdin.readline().rstrip("\r\n") if password_stdin else click.prompt("Password", hide_input=True)
+    with ConsoleClient(url) as client:
+        answer = client.post("auth/token/", {"username": username, "password": password})
+    path = config.save(config.Credentials(url=client.url, username=username, token=answer["token"]))
+    click.echo(f"Signed in to {client.url} as {username}; the token is kept in {path}.")
+
+
+@cli.command()
+def logout() -> None:
+    """Forget the stored token on this machine (`sign out everywhere` is on the console's page)."""
+    click.echo("Signed out on this machine." if config.forget() else "Not signed in.")
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--workspace", "-w", required=True, help="Workspace to submit to.")
+@click.option("--quota", "-q", required=True, help="Quota the job runs on.")
+@click.option("--gpus", "-g", type=float, required=True, help="GPUs per replica; fractions below 1 share a GPU.")
+@click.option("--replicas", type=int, help="Replicas (workers); the server's default is 1.")
+@click.option("--min-replicas", type=int, help="Elastic: fewest replicas the job may run with.")
+@click.option("--priority", "-p", type=int, help="1 (lowest) to 9; the kind's default when left out.")
+@click.option("--kind", type=click.Choice(JOB_KINDS), default="training", show_default=True)
+@click.option("--preemptible/--non-preemptible", default=None, help="The kind's default when left out.")
+@click.option("--command", "job_command", help="Shell command the job runs.")
+@click.option("--duration", type=int, help="Seconds a job on a simulated node runs.")
+@click.option("--dry-run", is_flag=True, help="Say what would happen now and submit nothing (exit 10 if it waits).")
+@output_option
+def submit(name: str, workspace: str, quota: str, dry_run: bool, output: str, **fields: Any) -> None:
+    """Submit job NAME, or with --dry-run say whether it would start now."""
+    body: dict[str, Any] = {"name": name, "workspace": workspace, "quota": quota, "dry_run": dry_run}
+    body |= {("command" if key == "job_command" else key): value for key, value in fields.items() if value is not None}
+    with signed_in() as client:
+        answer = client.post("jobs/", body)
+    if dry_run:
+        if output in {"json", "yaml"}:
+            emit(answer, output=output)
+        else:
+            click.echo(estimate_sentence(answer))
+        if not answer["would_admit"]:
+            sys.exit(EXIT_WAITS)
+        return
+    if output in {"json", "yaml"}:
+        emit(answer, output=output)
+    else:
+        click.echo(f"Job {answer['id']} ({answer['name']}) submitted: {job_state_sentence(answer)}")
+
+
+@cli.command("list")
+@click.option("--workspace", "-w", help="Only this workspace's jobs.")
+@click.option("--quota", "-q", help="Only jobs on this quota.")
+@click.option("--state", "-s", help="pending, running, releasing, succeeded, failed or cancelled.")
+@click.option("--owner", help="Only this user's jobs.")
+@click.option("--kind", type=click.Choice(JOB_KINDS))
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True, help="Newest jobs shown.")
+@output_option
+def list_jobs(limit: int, output: str, **filters: Any) -> None:
+    """Jobs you may see, newest first."""
+    with signed_in() as client:
+        page = client.get("jobs/", limit=limit, **filters)
+    emit(page["results"], output=output, columns=JOB_COLUMNS)
+
+
+@cli.command()
+@click.argument("job", type=int)
+@output_option
+def describe(job: int, output: str) -> None:
+    """A job's state, why it waits, where it runs, and its events."""
+    with signed_in() as client:
+        record = client.get(f"jobs/{job}/")
+        events = client.get(f"jobs/{job}/events/")
+    if output in {"json", "yaml"}:
+        emit({**record, "events": events}, output=output)
+        return
+    click.echo(job_description(record))
+    click.echo("\nEvents:")
+    emit(events, output=output, columns=EVENT_COLUMNS)
+
+
+@cli.command()
+@click.argument("job", type=int)
+@click.option("--dry-run", is_flag=True, help="Say what cancelling would do and change nothing.")
+@output_option
+def cancel(job: int, dry_run: bool, output: str) -> None:
+    """Cancel a job you own, or any job of a workspace you operate or administer."""
+    with signed_in() as client:
+        answer = client.post(f"jobs/{job}/cancel/", {"dry_run": dry_run})
+    if output in {"json", "yaml"}:
+        emit(answer, output=output)
+    elif dry_run:
+        click.echo(f"Would cancel job {job}." if answer["valid"] else f"Refused: {answer['errors']}")
+    else:
+        click.echo(f"Job {answer['id']} ({answer['name']}): {job_state_sentence(answer)}")
+
+
+@cli.command()
+@output_option
+def quotas(output: str) -> None:
+    """The quotas you may see: guarantee, limit, fair share and what is allocated now."""
+    with signed_in() as client:
+        records = client.get_all("quotas/")
+    emit(records, output=output, columns=QUOTA_COLUMNS)
+
+
+@cli.command()
+@output_option
+def workspaces(output: str) -> None:
+    """The workspaces you belong to (all of them for platform admins) and their quotas."""
+    with signed_in() as client:
+        records = client.get_all("workspaces/")
+    emit(records, output=output, columns=WORKSPACE_COLUMNS)
+
+
+def job_state_sentence(job: dict[str, Any]) -> str:
+    """`running on dgx-1` or `pending (3rd in queue): <the reason's sentence>`."""
+    if job["state"] == "pending":
+        position = f", position {job['position']} in the queue" if job.get("position") else ""
+        reason = f": {job['reason']['message']}" if job.get("reason") else ""
+        return f"pending{position}{reason}"
+    if job.get("nodes"):
+        return f"{job['state']} on {', '.join(job['nodes'])}"
+    return str(job["state"])
+
+
+def estimate_sentence(preview: dict[str, Any]) -> str:
+    """The dry-run's answer as the Submit job page says it: where it starts, or why it waits."""
+    if preview["would_admit"]:
+        devices: dict[str, list[int]] = defaultdict(list)
+        for placement in preview["placements"]:
+            devices[placement["node"]].extend(placement["devices"])
+        where = "; ".join(f"{node}, GPUs {','.join(map(str, sorted(indices)))}" for node, indices in devices.items())
+        evicting = f" (evicting {plural(len(preview['evict']), 'job')})" if preview["evict"] else ""
+        return f"Starts now on {where}{evicting}." if where else f"Starts now{evicting}."
+    reason = preview.get("reason") or {}
+    return f"Waits: {reason.get('message', 'the next cycle would not admit it')} ({reason.get('code', 'pending')})"
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def job_description(job: dict[str, Any]) -> str:
+    placements = [
+        f"{placement['node']} GPUs {','.join(map(str, placement['devices']))}"
+        + (f" ({placement['fraction']} each)" if placement.get("fraction") not in (None, 1, 1.0) else "")
+        for placement in job.get("placements", [])
+    ]
+    shape = f"{gpus(job['gpus'])} × {plural(job['replicas'], 'replica')}; {gpus(job['allocated_gpus'])} allocated"
+    fields = [
+        ("Job", f"{job['id']} {job['name']}"),
+        ("Workspace / quota", f"{job['workspace']} / {job['quota']}"),
+        ("Owner", job.get("owner") or "-"),
+        ("Kind, priority", f"{job['kind']}, {job['priority']}{'' if job['preemptible'] else ', non-preemptible'}"),
+        ("GPUs", shape),
+        ("State", job_state_sentence(job)),
+        ("Placement", "; ".join(placements) or "-"),
+        ("Submitted", moment(job.get("submitted_at")) or "-"),
+        ("Started", moment(job.get("started_at")) or "-"),
+        ("Finished", moment(job.get("finished_at")) or "-"),
+    ]
+    width = max(len(title) for title, _ in fields)
+    return "\n".join(f"{title + ':':<{width + 1}} {value}" for title, value in fields)
+
+
+JOB_COLUMNS = (
+    Column("ID", lambda job: job["id"]),
+    Column("NAME", lambda job: job["name"]),
+    Column("WORKSPACE", lambda job: job["workspace"]),
+    Column("QUOTA", lambda job: job["quota"]),
+    Column("STATE", lambda job: job["state"]),
+    Column("GPUS", lambda job: f"{gpus(job['allocated_gpus'])}/{gpus(job['gpus'] * job['replicas'])}"),
+    Column("POSITION", lambda job: job.get("position")),
+    Column("REASON", lambda job: (job.get("reason") or {}).get("code")),
+    Column("KIND", lambda job: job["kind"], wide_only=True),
+    Column("PRIORITY", lambda job: job["priority"], wide_only=True),
+    Column("OWNER", lambda job: job.get("owner"), wide_only=True),
+    Column("NODES", lambda job: job.get("nodes"), wide_only=True),
+    Column("SUBMITTED", lambda job: moment(job.get("submitted_at")), wide_only=True),
+)
+EVENT_COLUMNS = (
+    Column("AT", lambda event: moment(event.get("at"))),
+    Column("EVENT", lambda event: event.get("kind")),
+    Column("RULE", lambda event: event.get("rule")),
+    Column("FOR", lambda event: event.get("beneficiary")),
+    Column("MESSAGE", lambda event: event.get("message")),
+)
+QUOTA_COLUMNS = (
+    Column("NAME", lambda quota: quota["name"]),
+    Column("PARENT", lambda quota: quota.get("parent")),
+    Column("GUARANTEED", lambda quota: quota["gpus"]),
+    Column("LIMIT", lambda quota: quota.get("limit")),
+    Column("FAIR-SHARE", lambda quota: quota["status"]["fair_share"]),
+    Column("ALLOCATED", lambda quota: quota["status"]["allocated"]),
+    Column("RUNNING", lambda quota: quota["status"]["running"]),
+    Column("PENDING", lambda quota: quota["status"]["pending"]),
+    Column("WEIGHT", lambda quota: quota.get("weight"), wide_only=True),
+    Column("RANK", lambda quota: quota.get("rank"), wide_only=True),
+    Column("CHILD-PREEMPTION", lambda quota: quota.get("child_preemption"), wide_only=True),
+    Column("SAME-LEVEL", lambda quota: quota.get("same_level_preemption"), wide_only=True),
+)
+WORKSPACE_COLUMNS = (
+    Column("ID", lambda workspace: workspace["id"]),
+    Column("NAME", lambda workspace: workspace["name"]),
+    Column("QUOTAS", lambda workspace: workspace.get("quotas")),
+    Column("DESCRIPTION", lambda workspace: workspace.get("description"), wide_only=True),
+)
+
+
+def main() -> None:
+    cli(prog_name="gqc")
