@@ -179,13 +179,18 @@ class Supervisor:
         return child.process.pid
 
     def stop(self) -> None:
-        """SIGTERM every group, wait for them, then SIGKILL what is left of each group."""
+        """SIGTERM every child, wait for them, then SIGKILL what is left of each group.
+
+        The signal goes to each child's main process, not its group: a Celery worker's warm
+        shutdown stops its own pool after the tasks in hand, and a SIGTERM to the whole group
+        killed the pool under it (a WorkerLostError traceback per busy process at every stop).
+        """
         self.stopping = True
         running = [child.process for child in self.children.values() if child.process is not None]
         for process in running:
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGTERM)
+                    process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
         for process in running:
             with contextlib.suppress(subprocess.TimeoutExpired):

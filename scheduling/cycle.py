@@ -91,7 +91,7 @@ class CycleOutcome:
             admitted=record.admitted,
             evicted=record.evicted,
             pending=record.pending,
-            skipped=len(decisions.get("skipped") or ()),
+            skipped=int(decisions.get("skipped") or 0),
             decisions=tuple(decisions.get("committed") or ()),
             record_id=record.pk,
         )

@@ -45,6 +45,11 @@ def test_a_decision_about_a_job_that_moved_on_is_skipped(cluster: Cluster, monke
     assert [d["job"] for d in outcome.decisions] == ["stays"]
     assert cluster.state("gone") == JobState.CANCELLED
     assert not ReplicaPlacementRecord.objects.filter(job=cluster.jobs["gone"]).exists()
+    # Another process (the manual cycle in the web) reads the same cycle back from its record.
+    record = CycleRecord.objects.get(pk=outcome.record_id)
+    assert cycle.CycleOutcome.from_record(record).as_dict() | {"duration_ms": 0} == outcome.as_dict() | {
+        "duration_ms": 0
+    }
 
 
 def test_a_holder_with_a_stale_token_is_refused_and_writes_nothing(cluster: Cluster) -> None:
