@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
-from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema
+from drf_spectacular.utils import OpenApiExample, PolymorphicProxySerializer, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -48,7 +48,44 @@ class JobViewSet(
     def get_queryset(self) -> QuerySet[Job]:
         return selectors.job_list(queryset=super().get_queryset()).order_by("-submitted_at", "-id")
 
-    @extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer, 200: SubmitPreviewSerializer})
+    @extend_schema(
+        request=JobSubmitSerializer,
+        responses={201: JobSerializer, 200: SubmitPreviewSerializer},
+        # Swagger UI pre-fills "Try it out" with the first example; without one it made a body
+        # from the types alone (priority 0, min_replicas 0) that the API refuses. The names are
+        # the demo's, so the example works as it stands on a console started with bin/run.
+        examples=[
+            OpenApiExample(
+                "Estimate a training job",
+                summary="dry run: would it start now?",
+                request_only=True,
+                value={
+                    "name": "train-demo",
+                    "workspace": "workspace-b",
+                    "quota": "Quota1.1",
+                    "kind": "training",
+                    "gpus": 8,
+                    "replicas": 2,
+                    "priority": 3,
+                    "preemptible": True,
+                    "command": "python train.py",
+                    "dry_run": True,
+                },
+            ),
+            OpenApiExample(
+                "Submit a notebook",
+                summary="one GPU, interactive",
+                request_only=True,
+                value={
+                    "name": "notebook-demo",
+                    "workspace": "workspace-b",
+                    "quota": "Quota1.1",
+                    "kind": "notebook",
+                    "gpus": 1,
+                },
+            ),
+        ],
+    )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Submit a job; with `dry_run: true` say whether the next cycle would admit it (200), else 201."""
         submitted = JobSubmitSerializer(data=request.data)
