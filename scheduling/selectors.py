@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.db.models import Count, FloatField, Func, QuerySet, Sum
 
 from quotas.hooks import QuotaStatus as QuotaStatusFigures
-from quotas.models import Node, Quota, ResourcePool
+from quotas.models import Node, NodeState, Quota, ResourcePool
 from scheduling import engine
 from scheduling.engine import types as engine_types
 from scheduling.models import (
@@ -220,7 +220,18 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
     node_names: dict[int, str] = {}
     node_rows = _raw_rows(Node.objects.order_by("id").values_list("id", "name", "gpus", "cpu", "memory_gib", "state"))
     for node_id, name, gpus, cpu, memory_gib, state in node_rows:
-        nodes.append(engine.Node(name=name, gpus=gpus, cpu=cpu, memory_gib=memory_gib, ready=state == "ready"))
+        nodes.append(
+            engine.Node(
+                name=name,
+                gpus=gpus,
+                cpu=cpu,
+                memory_gib=memory_gib,
+                # Cordoned and draining nodes are up: their jobs run on until they end or are drained.
+                ready=state != NodeState.NOT_READY,
+                schedulable=state == NodeState.READY,
+                draining=state == NodeState.DRAINING,
+            )
+        )
         node_names[node_id] = name
         index.node_ids[name] = node_id
 
@@ -332,12 +343,11 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
     return snapshot, index
 
 
-def held_devices() -> tuple[dict[int, tuple[int, bool]], list[tuple[int, int, tuple[int, ...], float]]]:
-    """Every node's GPUs and readiness, and every held replica (job id, node id, devices,
+def held_devices() -> tuple[dict[int, tuple[int, str]], list[tuple[int, int, tuple[int, ...], float]]]:
+    """Every node's GPUs and state, and every held replica (job id, node id, devices,
     fraction): the devices as the caller's transaction sees them right now."""
     nodes = {
-        node_id: (gpus, state == "ready")
-        for node_id, gpus, state in _raw_rows(Node.objects.values_list("id", "gpus", "state"))
+        node_id: (gpus, state) for node_id, gpus, state in _raw_rows(Node.objects.values_list("id", "gpus", "state"))
     }
     held = [
         (job_id, node_id, _devices(devices), fraction)
