@@ -159,14 +159,33 @@ def quota_nodes_context(request: HttpRequest, quota: Quota) -> dict[str, Any]:
     nodes = [
         {
             "name": name,
-            "holders": [_shown(holder) for holder in held],
+            "jobs": _jobs_on_node(held),
             "gpus": bounds.readable(round(sum(holder["fraction"] for holder in held), 3)),
-            "devices": sorted({holder["device"] for holder in held}),
         }
         for name, held in sorted(by_node.items())
     ]
     held_gpus = sum(holder["fraction"] for holder in holders)
     return {"held_nodes": nodes, "held_gpus": bounds.readable(round(held_gpus, 3))}
+
+
+def _jobs_on_node(held: list[GpuHolder]) -> list[dict[str, Any]]:
+    """One line per job (and fraction) on a node, with the GPU indices it holds there."""
+    grouped: dict[tuple[str, int, str, float], list[int]] = defaultdict(list)
+    for holder in held:
+        grouped[(holder["job"], holder["job_id"], holder["quota"], holder["fraction"])].append(holder["device"])
+    return [
+        {
+            "job": job,
+            "job_id": job_id,
+            "quota": quota,
+            "devices": ", ".join(str(device) for device in sorted(devices)),
+            "count": len(devices),
+            "fraction_text": bounds.readable(round(fraction, 3)) if fraction < 1 else "",
+        }
+        for (job, job_id, quota, fraction), devices in sorted(
+            grouped.items(), key=lambda item: (item[0][0], item[0][1])
+        )
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -160,13 +160,23 @@ def test_the_nodes_page_takes_a_constant_number_of_queries(pai_world: dict[str, 
 
 
 def test_the_quota_nodes_tab_lists_the_gpus_its_subtree_holds(pai_world: dict[str, AbstractUser]) -> None:
+    job_services.submit_job(
+        actor=pai_world["developer"],
+        workspace=Workspace.objects.get(name="workspace-b"),
+        quota=Quota.objects.get(name="Quota1.1"),
+        name="half",
+        kind="training",
+        gpus=0.5,
+    )
+    job_services.converge()
     admin = client_as(pai_world, "platform-admin")
     tab = admin.get(f"/quotas/{quota_id('Quota1')}/?tab=nodes", headers={"HX-Request": "true"})
     body = tab.content.decode()
     assert tab.status_code == 200 and "<html" not in body  # an htmx partial
-    assert body.count('data-testid="quota-node"') == 3  # train-b: 3 replicas × 8 GPUs
-    assert "GPU 0: <a" in body and "train-b</a> (Quota1.1)" in body
-    assert "24 GPUs in all" in body
+    assert body.count('data-testid="quota-node"') == 4  # train-b: 3 replicas × 8 GPUs; half on the fourth
+    assert "train-b</a> (Quota1.1): GPUs 0, 1, 2, 3, 4, 5, 6, 7</li>" in body
+    assert "half</a> (Quota1.1): GPU 0, 0.5 of it</li>" in body
+    assert "24.5 GPUs in all" in body
     full = admin.get(f"/quotas/{quota_id('Quota1')}/?tab=nodes").content.decode()
     assert 'data-tab="nodes" class="active"' in full
     other = admin.get(f"/quotas/{quota_id('Quota1.2')}/?tab=nodes", headers={"HX-Request": "true"})
@@ -195,5 +205,5 @@ def test_the_nodes_tab_does_not_name_jobs_the_reader_may_not_see(pai_world: dict
     job_services.converge()
     body = client_as(pai_world, "outsider").get(f"/quotas/{quota_id('Quota1.1')}/?tab=nodes").content.decode()
     assert "secret" not in body and "train-b" not in body
-    assert "a job of another workspace (Quota1.1)" in body
+    assert "a job of another workspace (Quota1.1): GPU " in body
     assert "25 GPUs in all" in body
