@@ -17,9 +17,17 @@ NAVIGATION = [
 ]
 
 
+# Pages for platform admins only (others get a 404 there), listed after Resource Quotas.
+ADMIN_NAVIGATION = [("Nodes", "nodes-page")]
+
+
 def navigation(request: HttpRequest) -> dict[str, Any]:
     items = []
-    for label, url_name in NAVIGATION:
+    entries = list(NAVIGATION)
+    if getattr(request.user, "is_superuser", False):
+        after = next((i + 1 for i, (_label, name) in enumerate(entries) if name == "resource-quotas"), len(entries))
+        entries[after:after] = ADMIN_NAVIGATION
+    for label, url_name in entries:
         try:
             url = reverse(url_name)
         except NoReverseMatch:

@@ -18,7 +18,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
-from console import quota_forms
+from console import node_views, quota_forms
 from console.pagekit import PreviewAction, PreviewSummary, Reclaimable, ShareMove, run_preview_action
 from quotas import bounds, selectors, services
 from quotas.models import Quota
@@ -152,7 +152,7 @@ def resource_quotas(request: HttpRequest) -> HttpResponse:
     )
 
 
-QUOTA_TABS = (("overview", "Overview"), ("jobs", "Jobs"), ("audit", "Audit"))
+QUOTA_TABS = (("overview", "Overview"), ("jobs", "Jobs"), ("nodes", "Nodes"), ("audit", "Audit"))
 JOBS_PER_PAGE = 50
 
 
@@ -184,6 +184,8 @@ def quota_detail(request: HttpRequest, quota_id: int) -> HttpResponse:
         context["page"] = Paginator(jobs.order_by("state", "position", "submitted_at", "id"), JOBS_PER_PAGE).get_page(
             request.GET.get("page")
         )
+    elif tab == "nodes":
+        context.update(node_views.quota_nodes_context(request, quota))
     elif _is_platform_admin(request):
         context["records"] = selectors.quota_audit(quota=quota)
     else:

@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from console import api, quota_views, views
+from console import api, node_views, quota_views, views
 
 api_v1: list[URLPattern | URLResolver] = [
     path("auth/token/", api.ObtainTokenView.as_view(), name="api-token"),
@@ -37,6 +37,12 @@ urlpatterns = [
     path("quotas/<int:quota_id>/edit/", quota_views.quota_edit, name="quota-edit"),
     path("quotas/<int:quota_id>/delete/", quota_views.quota_delete, name="quota-delete"),
     path("quotas/<int:quota_id>/switch/<slug:switch>/", quota_views.quota_switch, name="quota-switch"),
+    path("nodes/", node_views.nodes_page, name="nodes-page"),
+    path("nodes/new/", node_views.node_new, name="node-new"),
+    path("nodes/<int:node_id>/edit/", node_views.node_edit, name="node-edit"),
+    path("nodes/<int:node_id>/cordon/", node_views.node_cordon, name="node-cordon"),
+    path("nodes/<int:node_id>/drain/", node_views.node_drain, name="node-drain"),
+    path("nodes/<int:node_id>/uncordon/", node_views.node_uncordon, name="node-uncordon"),
     path("", include("workspaces.urls")),
     path("", include("scheduling.urls")),
 ]

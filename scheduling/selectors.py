@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.db.models import Count, FloatField, Func, QuerySet, Sum
 
 from quotas.hooks import QuotaStatus as QuotaStatusFigures
-from quotas.models import Node, Quota, ResourcePool
+from quotas.models import Node, NodeState, Quota, ResourcePool
 from scheduling import engine
 from scheduling.engine import types as engine_types
 from scheduling.models import (
@@ -220,7 +220,18 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
     node_names: dict[int, str] = {}
     node_rows = _raw_rows(Node.objects.order_by("id").values_list("id", "name", "gpus", "cpu", "memory_gib", "state"))
     for node_id, name, gpus, cpu, memory_gib, state in node_rows:
-        nodes.append(engine.Node(name=name, gpus=gpus, cpu=cpu, memory_gib=memory_gib, ready=state == "ready"))
+        nodes.append(
+            engine.Node(
+                name=name,
+                gpus=gpus,
+                cpu=cpu,
+                memory_gib=memory_gib,
+                # Cordoned and draining nodes are up: their jobs run on until they end or are drained.
+                ready=state != NodeState.NOT_READY,
+                schedulable=state == NodeState.READY,
+                draining=state == NodeState.DRAINING,
+            )
+        )
         node_names[node_id] = name
         index.node_ids[name] = node_id
 
@@ -332,12 +343,11 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
     return snapshot, index
 
 
-def held_devices() -> tuple[dict[int, tuple[int, bool]], list[tuple[int, int, tuple[int, ...], float]]]:
-    """Every node's GPUs and readiness, and every held replica (job id, node id, devices,
+def held_devices() -> tuple[dict[int, tuple[int, str]], list[tuple[int, int, tuple[int, ...], float]]]:
+    """Every node's GPUs and state, and every held replica (job id, node id, devices,
     fraction): the devices as the caller's transaction sees them right now."""
     nodes = {
-        node_id: (gpus, state == "ready")
-        for node_id, gpus, state in _raw_rows(Node.objects.values_list("id", "gpus", "state"))
+        node_id: (gpus, state) for node_id, gpus, state in _raw_rows(Node.objects.values_list("id", "gpus", "state"))
     }
     held = [
         (job_id, node_id, _devices(devices), fraction)
@@ -417,6 +427,7 @@ __all__ = [
     "SnapshotIndex",
     "allocated_gpus_total",
     "build_snapshot",
+    "gpu_holders",
     "held_devices",
     "job_events",
     "job_key",
@@ -474,6 +485,55 @@ def jobs_holding_gpus(*, quota_ids: Iterable[int]) -> list[HeldGpus]:
         .values_list("name", "quota__name", "allocated_gpus")
     )
     return [HeldGpus(job=name, quota=quota, gpus=float(gpus)) for name, quota, gpus in rows]
+
+
+class GpuHolder(TypedDict):
+    """One job's share of one GPU device: a whole device, or a fraction of it."""
+
+    node_id: int
+    node: str
+    device: int
+    job_id: int
+    job: str
+    job_state: str
+    quota_id: int
+    quota: str
+    fraction: float
+
+
+def gpu_holders(*, quota_ids: Iterable[int] | None = None, node_ids: Iterable[int] | None = None) -> list[GpuHolder]:
+    """Who holds which GPU, one entry per (job, device), by node, device and job: every running
+    or releasing job's placements (of these quotas' jobs, on these nodes, when given) in one query.
+
+    The Nodes page draws its GPU grid from it, the Quota page's Nodes tab the GPUs of a subtree.
+    A fractional replica names its one device with its fraction; a whole replica each device at 1.
+    """
+    placements = ReplicaPlacementRecord.objects.filter(job__state__in=HOLDING_STATES)
+    if quota_ids is not None:
+        placements = placements.filter(job__quota_id__in=list(quota_ids))
+    if node_ids is not None:
+        placements = placements.filter(node_id__in=list(node_ids))
+    rows = placements.values_list(
+        "node_id", "node__name", "devices", "fraction", "job_id", "job__name", "job__state", "job__quota_id",
+        "job__quota__name",
+    )  # fmt: skip
+    holders = [
+        GpuHolder(
+            node_id=node_id,
+            node=node,
+            device=device,
+            job_id=job_id,
+            job=job,
+            job_state=job_state,
+            quota_id=quota_id,
+            quota=quota,
+            fraction=fraction if fraction < 1 else 1.0,
+        )
+        for node_id, node, devices, fraction, job_id, job, job_state, quota_id, quota in rows
+        for device in _devices(devices)
+    ]
+    holders.sort(key=lambda holder: (holder["node_id"], holder["device"], holder["job"], holder["job_id"]))
+    return holders
 
 
 def invariant_violations() -> list[str]:

@@ -1,6 +1,6 @@
 """One scheduling cycle: a session over a frozen snapshot, actions in KAI-Scheduler's order.
 
-allocate -> consolidate -> reclaim/preempt (victims of every kind combined) -> elastic grow.
+drain -> allocate -> consolidate -> reclaim/preempt (victims of every kind combined) -> elastic grow.
 The snapshot is never mutated: the session keeps its own working arrays and a journal, so a
 victim search can try evictions and roll them back.
 """
@@ -17,6 +17,7 @@ from scheduling.engine.fairshare import (
     MILLI,
     NO_LIMIT,
     QuotaTree,
+    cluster_capacity,
     divide,
     fractional_nodes,
     job_replica_milli,
@@ -26,6 +27,7 @@ from scheduling.engine.policies import RULE_ORDER, gpu_count, gpus, queue_key, s
 from scheduling.engine.types import (
     CHILD_PREEMPTION,
     CONSOLIDATION,
+    DRAIN,
     EXCEEDS_CLUSTER,
     GUARANTEED_ONLY,
     INSUFFICIENT_CAPACITY,
@@ -82,6 +84,7 @@ Unit = tuple[int, Placement | None]
 def schedule(snapshot: Snapshot) -> CycleResult:
     """Run one cycle over the snapshot and return the decisions, in the order to apply them."""
     session = Session(snapshot)
+    session.drain()
     session.allocate()
     session.consolidate()
     session.reclaim_and_preempt()
@@ -183,7 +186,7 @@ class Session:
         # Counts changes to `alloc`; a failed victim search puts it back with the state.
         self.alloc_generation = 0
         self.request = subtree_requests(tree, leaf_request)
-        self.capacity = _ready_milli(snapshot)
+        self.capacity = cluster_capacity(snapshot)
         self.share = divide(tree, self.request, self.capacity, fractional_nodes(tree, jobs))
         self.end = _subtree_ends(tree)
         # The guarantee room of a waiting non-preemptible beneficiary is promised to it too: in
@@ -238,6 +241,36 @@ class Session:
         if placed is None:
             journal.rollback(mark)
         return placed
+
+    # -- action 0: drain -----------------------------------------------------------------
+    def drain(self) -> None:
+        """Evict every running job with a replica on a draining node.
+
+        A drain is an admin's decision about the node, not a contest between jobs: priority,
+        preemptibility and min_runtime_seconds do not protect a job from it (as `kubectl
+        drain`), but the grace period does. The victim is treated as releasing for the rest of
+        this cycle whatever its grace: its GPUs are on a node that takes no new placement, so
+        freeing them in the simulation would give nobody anything, and the job itself goes back
+        to the queue only once the runtime has let go of it (placed again by the next cycle).
+        """
+        cluster = self.cluster
+        draining = {index for index, node in enumerate(self.snapshot.nodes) if node.draining}
+        if not draining:
+            return
+        for i, job in enumerate(self.jobs):
+            if self.state[i] != RUNNING:
+                continue
+            on = sorted({cluster.names[node] for node, _devices, _milli in self.placements[i] if node in draining})
+            if not on:
+                continue
+            where = ", ".join(on)
+            grace = f" after its grace period of {job.grace_seconds:g} s" if job.grace_seconds > 0 else ""
+            reason = f"node {where} is draining: the job is evicted{grace} and goes back to the queue to run elsewhere"
+            self._decide(Evict(job.id, DRAIN, None, reason))
+            self.state[i] = RELEASING
+            self.held[i] = self.placements[i]
+            self.placements[i] = ()
+            self.touched[i] = True
 
     # -- small helpers ------------------------------------------------------------------
     def min_count(self, i: int) -> int:
@@ -1409,10 +1442,6 @@ class Session:
         else:
             context = "no preemptible job can be reclaimed or preempted for it"
         return f"needs {gpu_count(need)}; {gpus(free)} are free in the pool; {context}"
-
-
-def _ready_milli(snapshot: Snapshot) -> int:
-    return sum(node.gpus for node in snapshot.nodes if node.ready) * MILLI
 
 
 def _subtree_ends(tree: QuotaTree) -> list[int]:

@@ -109,6 +109,7 @@ def test_every_page_works_under_the_policy(
     pages = [
         ("/", "Welcome"),
         ("/quotas/", "Resource Quotas"),
+        ("/nodes/", "Nodes"),
         ("/workspaces/", None),
         (f"/workspaces/{workspace.pk}/", None),
         (f"/workspaces/{workspace.pk}/scheduling/", None),
@@ -127,6 +128,15 @@ def test_every_page_works_under_the_policy(
     page.goto(f"{live_server.url}/quotas/")
     child = page.locator('tr[data-quota="Quota1.1"] th').first
     expect(child).to_have_css("padding-left", "28px")  # depth 1 (console.css: .quota-tree .depth-1)
+
+    # The Nodes page's GPU grid draws how much of each GPU is held from a script file, and the
+    # Quota page's Nodes tab brings the page's stylesheet along when htmx swaps it in.
+    page.goto(f"{live_server.url}/nodes/")
+    expect(page.locator(".gpu-cell.held .gpu-fill").first).to_have_css("width", re.compile(r"^[1-9]"))
+    page.goto(f"{live_server.url}/quotas/")
+    page.get_by_role("link", name="Quota1", exact=True).click()
+    page.get_by_role("navigation", name="Quota sections").get_by_role("link", name="Nodes").click()
+    expect(page.get_by_test_id("quota-nodes")).to_be_visible()
 
     # The job list's state filter submits on change, from a script file (it was an onchange="").
     page.goto(f"{live_server.url}/jobs/")
