@@ -15,11 +15,17 @@ NAVIGATION = [
     ("Jobs", "jobs-page"),
     ("API", "api-docs"),
 ]
+# Only platform admins see these, after the rest (pages for operators, not for teams).
+PLATFORM_ADMIN_NAVIGATION = [
+    ("Admin", "admin:index"),
+]
 
 
 def navigation(request: HttpRequest) -> dict[str, Any]:
     items = []
-    for label, url_name in NAVIGATION:
+    user = getattr(request, "user", None)
+    entries = [*NAVIGATION, *(PLATFORM_ADMIN_NAVIGATION if user is not None and user.is_superuser else [])]
+    for label, url_name in entries:
         try:
             url = reverse(url_name)
         except NoReverseMatch:

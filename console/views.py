@@ -9,6 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
@@ -23,6 +24,12 @@ def healthz(request: HttpRequest) -> JsonResponse:
     if not healthy:
         body["missing"] = ", ".join(part for part, state in report.items() if state != "ok")
     return JsonResponse(body, status=200 if healthy else 503)
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Pages link the SVG icon; this answers clients that ask for /favicon.ico anyway (the admin,
+    the API docs, feed readers), which would otherwise fill the log with 404s."""
+    return redirect(static("console/favicon.svg"), permanent=True)
 
 
 @login_required

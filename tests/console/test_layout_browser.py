@@ -48,9 +48,18 @@ def console_pages() -> list[str]:
     ]
 
 
+WIDE_ELEMENTS = """width => [...document.querySelectorAll("body *")]
+  .filter(e => e.getBoundingClientRect().right > width + 1)
+  .filter(e => !e.parentElement || e.parentElement.getBoundingClientRect().right <= width + 1)
+  .slice(0, 5).map(e => e.tagName.toLowerCase() + (e.className ? "." + e.className : "") + " " + Math.round(e.getBoundingClientRect().right))"""
+
+
 def assert_fits(page: Page, width: int) -> None:
     scroll_width = page.evaluate("document.documentElement.scrollWidth")
-    assert scroll_width <= width, f"{page.url} scrolls sideways at {width} px ({scroll_width} px wide)"
+    if scroll_width > width:
+        # Name the outermost elements that stick out, so the failure says what to fix.
+        culprits = page.evaluate(WIDE_ELEMENTS, width)
+        pytest.fail(f"{page.url} scrolls sideways at {width} px ({scroll_width} px wide): {culprits}")
     bar = page.locator("header.topbar").bounding_box()
     assert bar is not None and bar["width"] >= width - 1, f"the top bar of {page.url} ends at {bar}"
 
