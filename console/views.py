@@ -13,7 +13,7 @@ from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from console import health, services
+from console import health, selectors, services
 
 
 @never_cache
@@ -34,7 +34,14 @@ def favicon(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
-    return render(request, "console/dashboard.html")
+    """Numbers per role: the cluster for platform admins, their own jobs and quotas for the rest."""
+    user = request.user
+    if not isinstance(user, AbstractBaseUser):  # login_required lets no anonymous user through
+        raise PermissionDenied
+    context: dict[str, object] = (
+        {"cluster": selectors.cluster_figures()} if user.is_superuser else {"mine": selectors.member_figures(user)}
+    )
+    return render(request, "console/dashboard.html", context)
 
 
 @require_POST
