@@ -51,7 +51,8 @@ def console_pages() -> list[str]:
 WIDE_ELEMENTS = """width => [...document.querySelectorAll("body *")]
   .filter(e => e.getBoundingClientRect().right > width + 1)
   .filter(e => !e.parentElement || e.parentElement.getBoundingClientRect().right <= width + 1)
-  .slice(0, 5).map(e => e.tagName.toLowerCase() + (e.className ? "." + e.className : "") + " " + Math.round(e.getBoundingClientRect().right))"""
+  .slice(0, 5)
+  .map(e => `${e.tagName.toLowerCase()}.${e.className} ${Math.round(e.getBoundingClientRect().right)}`)"""
 
 
 def assert_fits(page: Page, width: int) -> None:
