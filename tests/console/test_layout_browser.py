@@ -103,3 +103,52 @@ def test_sign_in_page_fits_390_px_and_passes_axe(live_server: LiveServer, browse
         page.goto(f"{live_server.url}/login/")
         assert_fits(page, 390)
         check_accessibility(page)
+
+
+CONTRAST = """selector => [...document.querySelectorAll(selector)].slice(0, 3).map(element => {
+  const rgb = text => (text.match(/[\\d.]+/g) || []).map(Number);
+  const luminance = ([r, g, b]) => {
+    const linear = c => (c /= 255) <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+    return 0.2126 * linear(r) + 0.7152 * linear(g) + 0.0722 * linear(b);
+  };
+  let box = element, background = null;
+  while (box && !background) {  // the first ancestor that paints a background
+    const colour = rgb(getComputedStyle(box).backgroundColor);
+    if (colour.length === 3 || colour[3] > 0) background = colour;
+    box = box.parentElement;
+  }
+  const [light, dark] = [luminance(rgb(getComputedStyle(element).color)), luminance(background || [255, 255, 255])]
+    .sort((a, b) => b - a);
+  return Math.round((light + 0.05) / (dark + 0.05) * 100) / 100;
+})"""
+
+
+def test_badges_messages_and_links_reach_4_5_to_1_in_light_and_dark(
+    live_server: LiveServer, pai_world: dict[str, AbstractUser], browser_page: Page
+) -> None:
+    from scheduling import services as job_services
+    from workspaces.models import Workspace
+
+    workspace = Workspace.objects.get(name="workspace-b")
+    # Non-preemptible and beyond Quota1.1's guarantee of 12: it waits, so a Pending badge shows.
+    job_services.submit_job(
+        actor=pai_world["developer"], workspace=workspace, quota=workspace.quotas.get(name="Quota1.1"),
+        name="serve-b", kind="inference", gpus=8, replicas=2,
+    )  # fmt: skip
+    page = browser_page
+    force_sign_in(page, live_server, pai_world["platform-admin"])
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        page.goto(f"{live_server.url}/jobs/")
+        expect(page.locator(".badge.pending")).to_have_text("Pending")
+        expect(page.locator(".badge.running")).to_have_text("Running")
+        for selector in (".badge.pending", ".badge.running", ".content a"):
+            ratios = page.evaluate(CONTRAST, selector)
+            assert ratios and min(ratios) >= 4.5, f"{selector} in {scheme}: {ratios}"
+        check_accessibility(page)
+        page.goto(f"{live_server.url}/workspaces/{workspace.pk}/scheduling/")
+        page.get_by_role("button", name="Save rules").click()
+        expect(page.locator(".message.success")).to_contain_text("Saved")
+        ratios = page.evaluate(CONTRAST, ".message.success")
+        assert min(ratios) >= 4.5, f"the success message in {scheme}: {ratios}"
+        check_accessibility(page)
