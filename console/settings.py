@@ -260,6 +260,11 @@ LOGGING = {
 
 # Beat's safety net: a scheduling cycle every few seconds, and the simulated executor's clock tick
 # (event triggers run cycles at once; these only catch what a lost trigger missed).
+# Beat keeps its schedule in memory (Celery's base Scheduler), not in a shelve file: every entry
+# is an interval of seconds, so there is nothing worth remembering across restarts, and a file
+# can be missing (var/ exists only with the SQLite default, so beat died on a fresh clone with
+# DATABASE_URL set) or half-written (beat then logs a "corrupted schedule" traceback).
+CELERY_BEAT_SCHEDULER = "celery.beat:Scheduler"
 CELERY_BEAT_SCHEDULE = beat_schedule(
     cycle_seconds=SCHEDULER_BEAT_SECONDS, tick_seconds=env.float("EXECUTOR_TICK_SECONDS", default=1.0)
 )

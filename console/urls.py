@@ -19,7 +19,9 @@ api_v1: list[URLPattern | URLResolver] = [
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("healthz", views.healthz, name="healthz"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("favicon.ico", views.favicon, name="favicon"),
+    # A signed-in user who opens the sign-in page (a bookmark, the back button) goes on to the dashboard.
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("sign-out-everywhere/", views.sign_out_everywhere, name="sign-out-everywhere"),
     path("admin/", admin.site.urls),
