@@ -1,7 +1,8 @@
 """Websocket-ready events on the Channels layer, sent after commit and never allowed to fail a write.
 
 Consumers join the group "scheduler"; each message is `{"type": "scheduler.event", "event": {...}}`
-where the event has a `kind` (cycle, job) and the figures of what changed.
+where the event has a `kind` (cycle, job) and the figures of what changed. The same event is
+turned into small per-topic changes for the live pages (scheduling.live, docs/live.md).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from scheduling import live
 from scheduling.models import Job
 
 GROUP: Final = "scheduler"
@@ -36,6 +38,8 @@ def publish(event: dict[str, Any]) -> bool:
         if layer is None:
             return False
         async_to_sync(layer.group_send)(GROUP, {"type": MESSAGE_TYPE, "event": event})
+        # The live pages' topics (scheduling.live): what changed, read back after commit.
+        live.send_topic_changes(event)
     except Exception as error:  # noqa: BLE001 (whatever Redis or the broker raise, the write stands; beat catches up)
         # One line, not a traceback: during a Redis outage every change comes here.
         logger.warning("could not publish scheduler event %s: %s", event.get("kind"), error)

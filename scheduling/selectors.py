@@ -407,6 +407,15 @@ def user_gpus_in_use(*, user_id: int, workspace_id: int, quota_id: int) -> float
     return total
 
 
+def live_job_rows(*, job_ids: Iterable[int]) -> list[dict[str, Any]]:
+    """What a live page shows of these jobs right now (live topic changes), in one query."""
+    labels = dict(JobState.choices)
+    rows = Job.objects.filter(pk__in=list(job_ids)).values(
+        "id", "state", "reason_code", "reason_message", "workspace_id", "quota_id", "allocated_gpus"
+    )
+    return [{**row, "state_display": str(labels.get(row["state"], row["state"]))} for row in rows]
+
+
 def allocated_gpus_total() -> float:
     return float(Job.objects.filter(state__in=HOLDING_STATES).aggregate(total=Sum("allocated_gpus"))["total"] or 0.0)
 
@@ -422,6 +431,7 @@ __all__ = [
     "job_key",
     "job_list",
     "last_cycle",
+    "live_job_rows",
     "quota_status_figures",
     "scheduler_status",
     "user_gpus_in_use",
