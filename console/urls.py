@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from console import api, quota_views, views
+from console import api, metrics, quota_views, views
 
 api_v1: list[URLPattern | URLResolver] = [
     path("auth/token/", api.ObtainTokenView.as_view(), name="api-token"),
@@ -19,6 +19,7 @@ api_v1: list[URLPattern | URLResolver] = [
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("sign-out-everywhere/", views.sign_out_everywhere, name="sign-out-everywhere"),
