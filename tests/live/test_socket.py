@@ -280,3 +280,46 @@ def test_publish_never_fails_a_write_when_the_layer_is_down(world: dict[str, Any
     finally:
         channel_layers.backends.clear()
     assert Job.objects.get(pk=world["mine"].pk).state == "cancelled"
+
+
+def test_logout_closes_that_sessions_socket_only(world: dict[str, Any]) -> None:
+    """Django's logout view: the signed-out tab's socket closes within 5 s; another tab stays."""
+    dave = world["dave"]
+
+    async def scenario() -> None:
+        browser = Client()
+        await sync_to_async(browser.force_login)(dave)
+        cookie = (b"cookie", f"sessionid={browser.cookies['sessionid'].value}".encode())
+        leaving = WebsocketCommunicator(application, "/ws/live/", headers=[ORIGIN, cookie])
+        assert (await leaving.connect(timeout=5))[0]
+        staying = await connect(dave)
+        for socket in (leaving, staying):
+            await socket.send_json_to({"subscribe": ["cluster"]})
+            await next_of(socket, "subscription")
+        started = time.monotonic()
+        assert (await sync_to_async(browser.post)("/logout/")).status_code == 302
+        await next_of(leaving, "signed_out", timeout=5)
+        assert (await leaving.receive_output(timeout=5))["code"] == 4401
+        assert time.monotonic() - started < 5
+        assert await staying.receive_nothing(timeout=1.5)
+        await staying.disconnect()
+
+    run(scenario)
+
+
+def test_sign_out_everywhere_closes_every_socket(world: dict[str, Any]) -> None:
+    from console import services as console_services
+
+    async def scenario() -> None:
+        sockets = [await connect(world["dave"]), await connect(world["dave"])]
+        wanda = await connect(world["wanda"])
+        for socket in (*sockets, wanda):
+            await socket.send_json_to({"subscribe": ["cluster"]})
+            await next_of(socket, "subscription")
+        await sync_to_async(console_services.sign_out_everywhere)(actor=world["dave"], user=world["dave"])
+        for socket in sockets:
+            await next_of(socket, "signed_out", timeout=5)
+        assert await wanda.receive_nothing(timeout=1.5)
+        await wanda.disconnect()
+
+    run(scenario)
