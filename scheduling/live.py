@@ -17,7 +17,7 @@ order events arrive in. Consumers (live.consumers) coalesce them per topic and p
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from asgiref.sync import async_to_sync
@@ -40,9 +40,10 @@ def topic_group(topic: str) -> str:
     return "live." + topic.replace(":", ".")
 
 
-def topic_changes(event: Mapping[str, Any]) -> list[TopicChange]:
-    """The (topic, change) pairs of one scheduler event, read in a constant number of queries."""
-    job_ids = _job_ids(event)
+def topic_changes(batch: Sequence[Mapping[str, Any]]) -> list[TopicChange]:
+    """The (topic, change) pairs of the scheduler events of one commit, read in a constant number
+    of queries whatever the number of events."""
+    job_ids = sorted({job_id for event in batch for job_id in _job_ids(event)})
     rows = selectors.live_job_rows(job_ids=job_ids) if job_ids else []
     changes: list[TopicChange] = []
     by_workspace: dict[int, dict[str, str]] = {}
@@ -65,7 +66,9 @@ def topic_changes(event: Mapping[str, Any]) -> list[TopicChange]:
     changes.extend((f"workspace:{workspace_id}", {"jobs": jobs}) for workspace_id, jobs in by_workspace.items())
     if quota_ids:
         changes.extend(_quota_changes(quota_ids))
-    if event.get("kind") == "cycle":
+    cycles = [event for event in batch if event.get("kind") == "cycle"]
+    if cycles:
+        event = cycles[-1]
         changes.append(
             (
                 "cluster",
@@ -82,12 +85,12 @@ def topic_changes(event: Mapping[str, Any]) -> list[TopicChange]:
     return changes
 
 
-def send_topic_changes(event: Mapping[str, Any]) -> int:
-    """Send an event's topic changes to their groups; best effort (the caller logs a failure)."""
+def send_topic_changes(batch: Sequence[Mapping[str, Any]]) -> int:
+    """Send the events' topic changes to their groups; best effort (the caller logs a failure)."""
     layer = get_channel_layer()
     if layer is None:
         return 0
-    changes = topic_changes(event)
+    changes = topic_changes(batch)
     for topic, change in changes:
         async_to_sync(layer.group_send)(topic_group(topic), {"type": MESSAGE_TYPE, "topic": topic, "change": change})
     return len(changes)
