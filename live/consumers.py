@@ -102,6 +102,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return
         self.closed = True
         self.rechecks.cancel()
+        later = getattr(self, "later_recheck", None)
+        if later is not None:
+            later.cancel()
         for task in self.flushes.values():
             task.cancel()
         await self.channel_layer.group_discard(user_group(self.user_id), self.channel_name)
@@ -177,7 +180,11 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         """A service says this user's access changed: re-check now, and once more a second later
         (Django's logout sends its signal just before it deletes the session)."""
         await self._recheck()
-        await asyncio.sleep(1.0)
+        # In a task: the handler must not hold up this socket's other messages for that second.
+        self.later_recheck = asyncio.create_task(self._recheck_after(1.0))
+
+    async def _recheck_after(self, delay: float) -> None:
+        await asyncio.sleep(delay)
         await self._recheck()
 
     async def _recheck_periodically(self) -> None:
