@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "quotas",
     "workspaces",
     "scheduling",
+    "live",
     "console",
 ]
 
@@ -216,6 +217,18 @@ CHANNEL_LAYERS = {
         "CONFIG": {"hosts": [REDIS_URL], "prefix": env.str("CHANNELS_PREFIX", default="asgi")},
     }
 }
+
+# The live socket's bounds (docs/live.md): topics per socket, bytes per message, messages per
+# second (a bucket of LIVE_MESSAGE_BURST), how often a socket re-checks its topics, and the
+# coalescing window per topic.
+LIVE_MAX_SUBSCRIPTIONS = env.int("LIVE_MAX_SUBSCRIPTIONS", default=250)
+LIVE_MAX_MESSAGE_BYTES = env.int("LIVE_MAX_MESSAGE_BYTES", default=16384)
+LIVE_MESSAGE_RATE = env.float("LIVE_MESSAGE_RATE", default=5.0)
+LIVE_MESSAGE_BURST = env.float("LIVE_MESSAGE_BURST", default=20.0)
+LIVE_RECHECK_SECONDS = env.float("LIVE_RECHECK_SECONDS", default=3.0)
+LIVE_COALESCE_SECONDS = env.float("LIVE_COALESCE_SECONDS", default=1.0)
+# /metrics (Prometheus): a bearer token; unset, only loopback clients may scrape.
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None

@@ -11,12 +11,12 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any, NamedTuple, TypedDict
 
 from django.db import connection, transaction
-from django.db.models import Count, FloatField, Func, QuerySet, Sum
+from django.db.models import Count, DurationField, ExpressionWrapper, F, FloatField, Func, Q, QuerySet, Sum
 
 from quotas.hooks import QuotaStatus as QuotaStatusFigures
 from quotas.models import Node, NodeState, Quota, ResourcePool
@@ -417,6 +417,93 @@ def user_gpus_in_use(*, user_id: int, workspace_id: int, quota_id: int) -> float
     return total
 
 
+def live_job_rows(*, job_ids: Iterable[int]) -> list[dict[str, Any]]:
+    """What a live page shows of these jobs right now (live topic changes), in one query."""
+    labels = dict(JobState.choices)
+    rows = Job.objects.filter(pk__in=list(job_ids)).values(
+        "id", "state", "reason_code", "reason_message", "workspace_id", "quota_id", "allocated_gpus"
+    )
+    return [{**row, "state_display": str(labels.get(row["state"], row["state"]))} for row in rows]
+
+
+# Histogram buckets (upper bounds, seconds) of /metrics: a cycle takes milliseconds to a few
+# seconds (S3-sized); an admission wait seconds to days.
+CYCLE_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+WAIT_BUCKETS: tuple[float, ...] = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0)
+
+
+class HistogramFigures(TypedDict):
+    buckets: list[tuple[float, int]]  # (upper bound in seconds, count at or below it), cumulative
+    count: int
+    sum: float
+
+
+class MetricsFigures(TypedDict):
+    jobs_by_quota_state: list[tuple[str, str, int]]
+    quotas: list[tuple[str, float, QuotaStatusFigures]]
+    preemptions: list[tuple[str, str, int]]
+    cycle_duration: HistogramFigures
+    admission_wait: HistogramFigures
+
+
+def metrics_figures(*, now: datetime) -> MetricsFigures:
+    """Everything /metrics shows, in a number of queries that does not grow with jobs, quotas or
+    cycles: counts are grouped and histograms are conditional counts in the database."""
+    jobs = [
+        (quota, state, count)
+        for quota, state, count in Job.objects.values_list("quota__name", "state")
+        .order_by("quota__name", "state")
+        .annotate(count=Count("id"))
+    ]
+    snapshot, _index = build_snapshot(now)
+    figures = quota_status_figures(snapshot)
+    quotas = [
+        (quota.name, float(quota.gpus), figures[quota.name])
+        for quota in Quota.objects.order_by("name").only("name", "gpus")
+        if quota.name in figures
+    ]
+    preemptions = list(
+        JobEvent.objects.filter(kind=JobEventKind.EVICTED)
+        .values_list("job__quota__name", "rule")
+        .order_by("job__quota__name", "rule")
+        .annotate(count=Count("id"))
+    )
+    cycle = _histogram(CycleRecord.objects.all(), F("duration_ms") / 1000.0, CYCLE_BUCKETS, seconds=False)
+    wait = ExpressionWrapper(F("at") - F("job__submitted_at"), output_field=DurationField())
+    admission = _histogram(JobEvent.objects.filter(kind=JobEventKind.ADMITTED), wait, WAIT_BUCKETS, seconds=True)
+    return MetricsFigures(
+        jobs_by_quota_state=jobs,
+        quotas=quotas,
+        preemptions=[(quota, rule or "unknown", count) for quota, rule, count in preemptions],
+        cycle_duration=cycle,
+        admission_wait=admission,
+    )
+
+
+def _histogram(queryset: QuerySet[Any], value: Any, bounds: Iterable[float], *, seconds: bool) -> HistogramFigures:
+    """Cumulative bucket counts and the sum of `value` over `queryset`, in one query. `seconds`:
+    `value` is a duration (compared with timedeltas, summed in microseconds by the database)."""
+
+    def limit(bound: float) -> Any:
+        return timedelta(seconds=bound) if seconds else bound
+
+    bounds = list(bounds)
+    annotated = queryset.annotate(observed=value)
+    figures = annotated.aggregate(
+        count=Count("pk"),
+        total=Sum("observed"),
+        **{f"le_{index}": Count("pk", filter=Q(observed__lte=limit(bound))) for index, bound in enumerate(bounds)},
+    )
+    total = figures["total"]
+    if isinstance(total, timedelta):
+        total = total.total_seconds()
+    return HistogramFigures(
+        buckets=[(bound, int(figures[f"le_{index}"])) for index, bound in enumerate(bounds)],
+        count=int(figures["count"]),
+        sum=float(total or 0.0),
+    )
+
+
 def allocated_gpus_total() -> float:
     return float(Job.objects.filter(state__in=HOLDING_STATES).aggregate(total=Sum("allocated_gpus"))["total"] or 0.0)
 
@@ -433,6 +520,8 @@ __all__ = [
     "job_key",
     "job_list",
     "last_cycle",
+    "live_job_rows",
+    "metrics_figures",
     "quota_status_figures",
     "scheduler_status",
     "user_gpus_in_use",
