@@ -140,8 +140,9 @@ def test_badges_messages_and_links_reach_4_5_to_1_in_light_and_dark(
     for scheme in ("light", "dark"):
         page.emulate_media(color_scheme=scheme)
         page.goto(f"{live_server.url}/jobs/")
-        expect(page.locator(".badge.pending")).to_have_text("Pending")
-        expect(page.locator(".badge.running")).to_have_text("Running")
+        jobs = page.get_by_test_id("job-table")
+        expect(jobs.locator(".badge.pending")).to_have_text("Pending")
+        expect(jobs.locator(".badge.running")).to_have_text("Running")
         for selector in (".badge.pending", ".badge.running", ".content a"):
             ratios = page.evaluate(CONTRAST, selector)
             assert ratios and min(ratios) >= 4.5, f"{selector} in {scheme}: {ratios}"
