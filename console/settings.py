@@ -93,9 +93,7 @@ TEMPLATES = [
 ]
 
 DATABASE_POOL_SIZE: int = env.int("DATABASE_POOL_SIZE", default=10)
-DATABASES = {
-    "default": database_config(env.str("DATABASE_URL", default=""), VAR_DIR, pool_size=DATABASE_POOL_SIZE)
-}
+DATABASES = {"default": database_config(env.str("DATABASE_URL", default=""), VAR_DIR, pool_size=DATABASE_POOL_SIZE)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL: str = redis_url(env.str("REDIS_URL", default=""))
@@ -149,6 +147,12 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    # plotly/plotly.min.js from the pinned plotly package (no CDN, no copy in the repository).
+    "console.staticfinders.PlotlyFinder",
+]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {

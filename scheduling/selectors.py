@@ -16,7 +16,19 @@ from functools import lru_cache
 from typing import Any, NamedTuple, TypedDict
 
 from django.db import connection, transaction
-from django.db.models import Count, DurationField, ExpressionWrapper, F, FloatField, Func, Q, QuerySet, Sum
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Func,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+)
 
 from quotas.hooks import QuotaStatus as QuotaStatusFigures
 from quotas.models import Node, NodeState, Quota, ResourcePool
@@ -25,6 +37,7 @@ from scheduling.engine import types as engine_types
 from scheduling.models import (
     ACTIVE_STATES,
     HOLDING_STATES,
+    AllocationSample,
     CycleRecord,
     Job,
     JobEvent,
@@ -508,11 +521,46 @@ def allocated_gpus_total() -> float:
     return float(Job.objects.filter(state__in=HOLDING_STATES).aggregate(total=Sum("allocated_gpus"))["total"] or 0.0)
 
 
+class AllocationPoint(NamedTuple):
+    at: datetime
+    allocated: float
+    guaranteed: float
+    fair_share: float
+
+
+def allocation_history(*, quota_ids: Iterable[int], since: datetime) -> dict[int, list[AllocationPoint]]:
+    """Per quota, its samples since `since`, led by the last one before it (moved to `since`):
+    the figures hold from a sample to the next, so that one says where the window starts.
+
+    Two queries whatever the number of quotas; a quota with no sample at all is left out."""
+    ids = list(quota_ids)
+    history: dict[int, list[AllocationPoint]] = {quota_id: [] for quota_id in ids}
+    # One index seek on (quota, at) per quota, not a scan of the older samples.
+    before = (
+        AllocationSample.objects.filter(quota_id=OuterRef("pk"), at__lt=since).order_by("-at", "-id").values("pk")[:1]
+    )
+    leading = AllocationSample.objects.filter(
+        pk__in=Quota.objects.filter(pk__in=ids).annotate(last=Subquery(before)).values("last")
+    ).values_list("quota_id", "allocated", "guaranteed", "fair_share")
+    for quota_id, allocated, guaranteed, fair_share in leading:
+        history[quota_id].append(AllocationPoint(since, allocated, guaranteed, fair_share))
+    within = (
+        AllocationSample.objects.filter(quota_id__in=ids, at__gte=since)
+        .order_by("at", "id")
+        .values_list("quota_id", "at", "allocated", "guaranteed", "fair_share")
+    )
+    for quota_id, at, allocated, guaranteed, fair_share in within:
+        history[quota_id].append(AllocationPoint(at, allocated, guaranteed, fair_share))
+    return {quota_id: points for quota_id, points in history.items() if points}
+
+
 __all__ = [
+    "AllocationPoint",
     "JobSeen",
     "JobState",
     "SnapshotIndex",
     "allocated_gpus_total",
+    "allocation_history",
     "build_snapshot",
     "gpu_holders",
     "held_devices",
