@@ -5,7 +5,10 @@ At load, plotly.js puts its base rules (the mode bar, hover labels, the notifier
 inline style, so Chromium refuses that element and reports a violation. plotly.js skips the
 injection when an element with that id and the class `no-inline-styles` is already in the page:
 static/console/charts.js adds that element as a <link> to `console/plotly.css`, which holds
-the same rules, taken from the bundle by this module.
+the same rules, taken from the bundle by this module. plotly.js also adds maplibre's rules (for
+map traces, which the console does not draw) unless an element with their id exists; charts.js
+puts an empty placeholder with that id (`placeholder_ids`, through the `plotly_placeholder_ids`
+template tag) in the page first.
 
 Regenerate after upgrading the plotly pin (a test fails until you do):
 
@@ -14,6 +17,7 @@ Regenerate after upgrading the plotly pin (a test fails until you do):
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from pathlib import Path
@@ -39,6 +43,21 @@ def plotly_rules(bundle: str) -> list[tuple[str, str]]:
     ]
     # plotly.js inserts each rule at the top of its sheet, so the last one ends up first.
     return list(reversed(rules))
+
+
+# Style elements plotly.js adds at load unless an element with their id is already there
+# (maplibre's, for map traces, which the console does not draw).
+_INJECTED_STYLE = re.compile(r'getElementById\("([0-9a-f]{32,64})"\)\)\{var \w+=document\.createElement\("style"\)')
+
+
+def injected_style_ids(bundle: str) -> list[str]:
+    return list(dict.fromkeys(_INJECTED_STYLE.findall(bundle)))
+
+
+@functools.cache
+def placeholder_ids() -> tuple[str, ...]:
+    """Ids of the <style> elements to forestall with an empty placeholder (read once per process)."""
+    return tuple(injected_style_ids(bundle_path().read_text(encoding="utf-8")))
 
 
 def stylesheet_text() -> str:

@@ -3,6 +3,7 @@ quota charts, which compose the quota tree (quotas) with the allocation history 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -134,7 +135,7 @@ _MAX_BANDS = 10
 # allocated ÷ guaranteed at the top of the colour scale: twice the guarantee, or more.
 _RATIO_CAP = 2.0
 # Under quota (teal), at quota (amber), well over (red): readable on light and dark backgrounds.
-_USE_COLOURS = [[0.0, "#2a9d8f"], [0.5, "#e9c46a"], [1.0, "#d62828"]]
+_USE_COLOURS: list[list[float | str]] = [[0.0, "#2a9d8f"], [0.5, "#e9c46a"], [1.0, "#d62828"]]
 _GRID = "rgba(128, 128, 128, 0.25)"
 
 
@@ -175,6 +176,8 @@ class OverQuota(TypedDict):
 
 class QuotaOverview(TypedDict):
     treemap: dict[str, Any]
+    colour_scale: str  # JSON, for the page's colour key
+    ratio_cap: float
     allocation: dict[str, Any] | None
     over_quota: list[OverQuota]
     bands: list[str]
@@ -191,6 +194,8 @@ def quota_overview(*, rows: Sequence[QuotaTreeRow], now: datetime) -> QuotaOverv
     )
     return QuotaOverview(
         treemap=_treemap(rows),
+        colour_scale=json.dumps(_USE_COLOURS),
+        ratio_cap=_RATIO_CAP,
         allocation=_stacked_area(bands, history, since=now - CHART_WINDOW, now=now),
         over_quota=[
             OverQuota(name=row["quota"].name, allocated=row["status"]["allocated"], guaranteed=row["quota"].gpus)
@@ -241,13 +246,9 @@ def _treemap(rows: Sequence[QuotaTreeRow]) -> dict[str, Any]:
             "colorscale": _USE_COLOURS,
             "cmin": 0,
             "cmax": _RATIO_CAP,
-            "showscale": True,
-            "colorbar": {
-                "title": {"text": "allocated ÷<br>guaranteed"},
-                "tickvals": [0, 1, _RATIO_CAP],
-                "ticktext": ["0", "1 (at quota)", f"≥ {readable(_RATIO_CAP)}"],
-                "thickness": 12,
-            },
+            # The key is the page's (overview.html): plotly's colour bar sets a style attribute
+            # that the Content-Security-Policy refuses.
+            "showscale": False,
         },
         "pathbar": {"visible": True},
     }
@@ -304,12 +305,15 @@ def _stacked_area(
 ) -> dict[str, Any] | None:
     if not bands or not any(history.get(quota_id) for band in bands for quota_id, _sign in band.terms):
         return None
-    changes = sorted({point.at for points in history.values() for point in points if point.at > since})
+    # From the window's start, or from the first sample when the history is younger than that
+    # (a fresh cluster's first minutes would otherwise be a sliver at the right edge).
+    start = max(since, min(points[0].at for points in history.values() if points))
+    changes = sorted({point.at for points in history.values() for point in points if point.at > start})
     if len(changes) > _MAX_POINTS - 2:
-        step = (now - since) / (_MAX_POINTS - 1)
-        moments = [since + step * n for n in range(_MAX_POINTS)]
+        step = (now - start) / (_MAX_POINTS - 1)
+        moments = [start + step * n for n in range(_MAX_POINTS)]
     else:
-        moments = [since, *changes, now]
+        moments = [start, *changes, now]
     held = {quota_id: _held_at(points, moments) for quota_id, points in history.items()}
     zeros = [0.0] * len(moments)
     x = [_moment(moment) for moment in moments]
@@ -352,10 +356,12 @@ def quota_monitoring(*, quota_id: int, now: datetime) -> dict[str, Any] | None:
     # The last figures hold until now.
     extended = [*points, AllocationPoint(now, last.allocated, last.guaranteed, last.fair_share)]
     x = [_moment(point.at) for point in extended]
+    # Allocated is filled, so that it still shows where a line lies on top of it (allocated
+    # equal to the fair share is the usual case for a busy quota).
     lines = (
-        ("Allocated", [point.allocated for point in extended], {"width": 2}),
-        ("Guaranteed", [point.guaranteed for point in extended], {"width": 2, "dash": "dash"}),
-        ("Fair share", [point.fair_share for point in extended], {"width": 2, "dash": "dot"}),
+        ("Allocated", [point.allocated for point in extended], {"width": 2}, "tozeroy"),
+        ("Guaranteed", [point.guaranteed for point in extended], {"width": 2, "dash": "dash"}, "none"),
+        ("Fair share", [point.fair_share for point in extended], {"width": 2, "dash": "dot"}, "none"),
     )
     traces = [
         {
@@ -364,10 +370,11 @@ def quota_monitoring(*, quota_id: int, now: datetime) -> dict[str, Any] | None:
             "name": name,
             "x": x,
             "y": values,
+            "fill": fill,
             "line": {"shape": "hv", **line},
             "hovertemplate": f"{name}: %{{y}} GPUs<extra></extra>",
         }
-        for name, values, line in lines
+        for name, values, line, fill in lines
     ]
     layout = _base_layout(
         xaxis=_time_axis(),

@@ -8,6 +8,7 @@
   var script = document.currentScript;
   var plotlySrc = script.dataset.plotlySrc;
   var plotlyCss = script.dataset.plotlyCss;
+  var placeholders = (script.dataset.plotlyPlaceholders || "").split(" ").filter(Boolean);
   var loading = null;
 
   function loadPlotly() {
@@ -22,6 +23,14 @@
         link.href = plotlyCss;
         document.head.appendChild(link);
       }
+      // plotly.js adds maplibre's <style> unless an element with its id exists; the console
+      // draws no maps, so an empty element stands in for it (console/plotly_assets.py).
+      placeholders.forEach(function (id) {
+        if (document.getElementById(id)) { return; }
+        var marker = document.createElement("meta");
+        marker.id = id;
+        document.head.appendChild(marker);
+      });
       var tag = document.createElement("script");
       tag.src = plotlySrc;
       tag.addEventListener("load", function () { resolve(window.Plotly); });
@@ -59,8 +68,21 @@
     });
   }
 
+  // A colour key drawn in HTML, not plotly's colour bar: plotly sets an empty style="" on the
+  // bar's rectangles, which the Content-Security-Policy refuses. Its gradient is set through the
+  // CSSOM, as the allocation bars are (console.js), from the scale the server sent.
+  function paintKeys(root) {
+    root.querySelectorAll("[data-colour-scale]").forEach(function (key) {
+      var stops = JSON.parse(key.dataset.colourScale).map(function (stop) {
+        return stop[1] + " " + (stop[0] * 100) + "%";
+      });
+      key.style.backgroundImage = "linear-gradient(to right, " + stops.join(", ") + ")";
+    });
+  }
+
   function drawWithin(root) {
     if (!root || !root.querySelectorAll) { return; }
+    paintKeys(root);
     if (root.matches && root.matches("[data-chart]")) { draw(root); }
     root.querySelectorAll("[data-chart]").forEach(draw);
   }
