@@ -358,12 +358,12 @@ def quota_monitoring(*, quota_id: int, now: datetime) -> dict[str, Any] | None:
     x = [_moment(point.at) for point in extended]
     # Allocated is filled, so that it still shows where a line lies on top of it (allocated
     # equal to the fair share is the usual case for a busy quota).
-    lines = (
+    lines: tuple[tuple[str, list[float], dict[str, Any], str], ...] = (
         ("Allocated", [point.allocated for point in extended], {"width": 2}, "tozeroy"),
         ("Guaranteed", [point.guaranteed for point in extended], {"width": 2, "dash": "dash"}, "none"),
         ("Fair share", [point.fair_share for point in extended], {"width": 2, "dash": "dot"}, "none"),
     )
-    traces = [
+    traces: list[dict[str, Any]] = [
         {
             "type": "scatter",
             "mode": "lines",

@@ -9,9 +9,9 @@ data (datasets, templates, the Jupyter widget bundle).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import plotly
 from django.contrib.staticfiles.finders import BaseFinder
@@ -35,11 +35,15 @@ class PlotlyFinder(BaseFinder):
     def check(self, **kwargs: Any) -> list[CheckMessage]:
         return []
 
-    def find(self, path: str, find_all: bool = False, **kwargs: Any) -> str | list[str]:
+    @overload
+    def find(self, path: str, find_all: Literal[False] = False) -> str | None: ...
+    @overload
+    def find(self, path: str, find_all: Literal[True]) -> list[str]: ...
+    def find(self, path: str, find_all: bool = False) -> str | list[str] | None:
         if path != PLOTLY_BUNDLE:
-            return [] if find_all else ""
+            return [] if find_all else None
         found = str(bundle_path())
         return [found] if find_all else found
 
-    def list(self, ignore_patterns: Sequence[str] | None) -> Iterator[tuple[str, FileSystemStorage]]:
+    def list(self, ignore_patterns: Iterable[str] | None) -> Iterator[tuple[str, FileSystemStorage]]:
         yield bundle_path().name, self.storage

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db.models import OuterRef, QuerySet, Subquery
@@ -48,7 +48,7 @@ def _rounded(figures: AllocationFigures) -> AllocationFigures:
     return AllocationFigures(*(round(float(value), _DIGITS) for value in figures))
 
 
-def _latest_ids() -> QuerySet[Quota]:
+def _latest_ids() -> QuerySet[Any, Any]:
     """Per quota, the id of its latest sample: one index seek per quota on (quota, at)."""
     latest = AllocationSample.objects.filter(quota_id=OuterRef("pk")).order_by("-at", "-id").values("pk")[:1]
     return Quota.objects.annotate(last_sample=Subquery(latest)).filter(last_sample__isnull=False).values("last_sample")
