@@ -150,7 +150,13 @@ def resource_quotas(request: HttpRequest) -> HttpResponse:
     view = request.GET.get("view", "list")
     if view not in dict(QUOTA_VIEWS):
         view = "list"
-    context: dict[str, Any] = {"view": view, "views": QUOTA_VIEWS, "may_change": _is_platform_admin(request)}
+    context: dict[str, Any] = {
+        "view": view,
+        "views": QUOTA_VIEWS,
+        "may_change": _is_platform_admin(request),
+        # /quotas/: each row's links are this, its id and the action (console/urls.py).
+        "quota_base": reverse("resource-quotas"),
+    }
     if view == "overview":
         context.update(rows=rows, overview=console_selectors.quota_overview(rows=rows, now=get_clock().now()))
     else:

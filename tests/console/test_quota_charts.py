@@ -125,3 +125,14 @@ def test_the_plotly_stylesheet_matches_the_pinned_bundle() -> None:
 def test_without_a_valid_view_the_list_is_shown(client: Client, pai_world: dict[str, AbstractUser]) -> None:
     page = client_as(pai_world, "platform-admin").get("/quotas/?view=pie").content
     assert b'data-testid="quota-row"' in page and b'data-view="list" class="active"' in page
+
+
+def test_the_list_links_each_row_where_the_url_map_says(pai_world: dict[str, AbstractUser]) -> None:
+    """The rows' links are built from /quotas/ (a thousand rows reversed eleven times each cost a
+    second); they must stay what console/urls.py maps."""
+    from django.urls import reverse
+
+    page = client_as(pai_world, "platform-admin").get("/quotas/").content.decode()
+    quota = quota_id("Quota1.1")
+    for name in ("quota-detail", "quota-new-child", "quota-scale", "quota-transfer", "quota-edit", "quota-delete"):
+        assert f'href="{reverse(name, args=[quota])}"' in page, name
