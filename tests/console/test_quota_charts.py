@@ -136,3 +136,12 @@ def test_the_list_links_each_row_where_the_url_map_says(pai_world: dict[str, Abs
     quota = quota_id("Quota1.1")
     for name in ("quota-detail", "quota-new-child", "quota-scale", "quota-transfer", "quota-edit", "quota-delete"):
         assert f'href="{reverse(name, args=[quota])}"' in page, name
+
+
+@pytest.mark.parametrize("value", [0, 8, 12.0, 0.5, 0.125, 0.8, 2.4000000000000004, 1 / 3, 1000, 0.0004, None])
+def test_the_gpus_filter_writes_what_floatformat_writes(value: float | None) -> None:
+    from django.template.defaultfilters import floatformat
+
+    from console.templatetags.console_format import gpus
+
+    assert gpus(value) == ("" if value is None else floatformat(value, "-3"))
