@@ -48,6 +48,13 @@ def shoot(page: Page, name: str) -> None:
         page.wait_for_timeout(300)  # plotly redraws on resize (responsive)
         page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
     page.set_viewport_size({"width": 1280, "height": 900})
+    # Dark: the charts take the page's text colour when drawn, so draw them again in it.
+    page.emulate_media(color_scheme="dark")
+    page.reload()
+    expect(page.locator("[data-chart]").first).to_have_attribute("data-ready", "true")
+    page.screenshot(path=str(SHOTS / f"{name}-1280-dark.png"), full_page=True)
+    page.emulate_media(color_scheme="light")
+    page.reload()
 
 
 def test_the_overview_draws_the_treemap_and_the_stacked_area(
