@@ -30,7 +30,8 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves Swagger UI's init script as a file (?script=), not inline: the CSP allows no inline script.
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
-    re_path(r"^(?P<unmatched>api/.*)$", api.not_found, name="api-not-found"),
+    # [\s\S] and \Z: a path with a newline in it (%0A) is an API address too, not Django's HTML 404.
+    re_path(r"^(?P<unmatched>api/[\s\S]*)\Z", api.not_found, name="api-not-found"),
     path("quotas/", quota_views.resource_quotas, name="resource-quotas"),
     path("quotas/new/", quota_views.quota_new, name="quota-new"),
     path("quotas/<int:quota_id>/", quota_views.quota_detail, name="quota-detail"),

@@ -74,3 +74,11 @@ def test_dry_run_in_the_query_takes_only_true_or_false(admin_api: APIClient) -> 
 def test_a_text_filter_may_be_empty(admin_api: APIClient) -> None:
     # An empty string is a string: the schema allows it for a text filter, so it means "no filter".
     assert admin_api.get("/api/v1/quotas/?name=").json()["count"] == 3
+
+
+@pytest.mark.parametrize("path", ["/api/v1/nope/", "/api/v1/workspaces/%C3%8C/roles/%C3%94%0A/", "/api/v2/", "/api/%0A"])
+def test_an_address_under_api_that_names_nothing_is_a_json_404(admin_client_api: APIClient, path: str) -> None:
+    answer = admin_client_api.get(path)
+    assert answer.status_code == 404
+    assert answer["Content-Type"] == "application/json"
+    assert answer.json()["detail"].startswith("There is no API endpoint at /api/")
