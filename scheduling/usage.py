@@ -181,7 +181,7 @@ def _window(
             continue
         curve = within_curve[jobs[segment.job_id]["quota_id"]]
         within = segment.gpus * (curve.at(high) - curve.at(low)) / _HOUR
-        borrowed = segment.gpus * (high - low) / _HOUR - within
+        borrowed = max(0.0, segment.gpus * (high - low) / _HOUR - within)
         for figures in figures_of(segment.job_id):
             figures.within += within
             figures.borrowed += borrowed
