@@ -181,3 +181,17 @@ def test_the_usage_tab_shows_gpu_hours(world: PermissionWorld) -> None:
     page = _client(world, "visitor").get(f"/workspaces/{world.own.pk}/usage/").content.decode()
     assert page.count('data-testid="usage-window"') == 3
     assert '<tr data-name="b-developer"><th scope="row">b-developer</th><td class="num">4 GPU·h</td>' in page
+
+
+def test_resource_quotas_tells_a_member_which_counts_are_hers(world: PermissionWorld) -> None:
+    world.foreign.quotas.add(world.quotas["Quota1.1"])
+    _running_job(world, "developer", "mine")
+    theirs = _running_job(world, "developer", "theirs")
+    Job.objects.filter(pk=theirs.pk).update(workspace=world.foreign, owner=world.foreign_users["developer"])
+    page = _client(world, "workspace_admin").get("/quotas/").content.decode()
+    row = page[page.index('data-quota="Quota1.1"') :]
+    row = row[: row.index("</tr>")]
+    assert '<td class="num">2<br><a class="yours"' in row
+    assert ">1 yours to see</a>" in row
+    assert f'href="/quotas/{world.quotas["Quota1.1"].pk}/?tab=jobs"' in row
+    assert "yours to see" not in _client(world, "platform_admin").get("/quotas/").content.decode()
