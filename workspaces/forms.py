@@ -80,7 +80,7 @@ class RuleForm(forms.Form):
 
     quota = forms.ChoiceField(label="Quota", required=False, help_text="Leave empty to drop the row.")
     roles = forms.MultipleChoiceField(
-        label="Usable roles", required=False, widget=forms.SelectMultiple(attrs={"size": 6})
+        label="Usable roles", required=False, widget=forms.SelectMultiple()
     )
     authorized_users = forms.CharField(
         label="Authorized users", required=False, help_text="Usernames of non-members, separated by commas."
@@ -106,6 +106,8 @@ class RuleForm(forms.Form):
             *([("Custom roles", custom)] if custom else []),
             ("Others", [(NON_MEMBERS, NON_MEMBERS_LABEL)]),
         ]
+        # Tall enough to show every group and option without scrolling inside the control.
+        roles_field.widget.attrs["size"] = len(basic) + len(custom) + 1 + (3 if custom else 2)
 
     def clean_caps(self) -> list[CapSpec]:
         return parse_caps(self.cleaned_data.get("caps", ""))

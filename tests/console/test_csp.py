@@ -112,7 +112,10 @@ def test_every_page_works_under_the_policy(
         ("/nodes/", "Nodes"),
         ("/workspaces/", None),
         (f"/workspaces/{workspace.pk}/", None),
-        (f"/workspaces/{workspace.pk}/scheduling/", None),
+        (f"/workspaces/{workspace.pk}/quotas/", None),
+        (f"/workspaces/{workspace.pk}/scheduling/", "Resource Usage"),
+        (f"/workspaces/{workspace.pk}/usage/", "Last 24 hours"),
+        (f"/workspaces/{workspace.pk}/members/{workspace.memberships.order_by('pk')[0].pk}/remove/", None),
         ("/jobs/", None),
         (f"/jobs/{job.pk}/", None),
     ]
@@ -137,6 +140,13 @@ def test_every_page_works_under_the_policy(
     page.get_by_role("link", name="Quota1", exact=True).click()
     page.get_by_role("navigation", name="Quota sections").get_by_role("link", name="Nodes").click()
     expect(page.get_by_test_id("quota-nodes")).to_be_visible()
+
+    # +Add on the Scheduling Configurations tab adds a row from a script file, in place.
+    page.goto(f"{live_server.url}/workspaces/{workspace.pk}/scheduling/")
+    rows = page.locator("main [data-testid=rule-form-row]")
+    before = rows.count()
+    page.get_by_role("button", name="+Add").click()
+    expect(rows).to_have_count(before + 1)
 
     # The job list's state filter submits on change, from a script file (it was an onchange="").
     page.goto(f"{live_server.url}/jobs/")

@@ -120,7 +120,8 @@ def test_a_platform_admin_binds_and_unbinds_after_a_preview(world: PermissionWor
 def test_the_resource_usage_table_has_a_row_per_bound_quota(world: PermissionWorld) -> None:
     services.bind_quota(actor=None, workspace=world.own, quota=world.quotas["Quota1"])
     page = _client(world, "workspace_admin").get(f"/workspaces/{world.own.pk}/scheduling/").content.decode()
-    assert page.count('data-testid="rule-form-row"') == 2  # Quota1.1's rule, and Quota1 without a rule
+    rows = page.split("<template")[0].count('data-testid="rule-form-row"')  # the +Add template aside
+    assert rows == 2  # Quota1.1's rule, and Quota1 without a rule
     assert '<option value="Quota1" selected>Quota1</option>' in page
     visitor = _client(world, "visitor").get(f"/workspaces/{world.own.pk}/scheduling/").content.decode()
     assert visitor.count('data-testid="rule-row"') == 2
@@ -156,7 +157,7 @@ def test_add_without_javascript_returns_the_table_with_one_more_row(world: Permi
     rows = [{"quota": "Quota1.1", "roles": ["developer"]}]
     answer = admin.post(f"/workspaces/{world.own.pk}/scheduling/", _table_post(rows, add_row="1"))
     assert answer.status_code == 200
-    assert answer.content.decode().count('data-testid="rule-form-row"') == 2
+    assert answer.content.decode().split("<template")[0].count('data-testid="rule-form-row"') == 2
     assert len(services.scheduling_config(world.own)) == 1  # +Add saves nothing
 
 
@@ -180,7 +181,7 @@ def test_the_usage_tab_shows_gpu_hours(world: PermissionWorld) -> None:
     _running_job(world, "developer", "train-1")
     page = _client(world, "visitor").get(f"/workspaces/{world.own.pk}/usage/").content.decode()
     assert page.count('data-testid="usage-window"') == 3
-    assert '<tr data-name="b-developer"><th scope="row">b-developer</th><td class="num">4 GPU·h</td>' in page
+    assert '<tr data-name="b-developer"><th scope="row">b-developer</th><td class="num">4</td>' in page
 
 
 def test_resource_quotas_tells_a_member_which_counts_are_hers(world: PermissionWorld) -> None:

@@ -9,9 +9,9 @@ register = template.Library()
 
 @register.filter
 def gpu_hours(value: float | None) -> str:
-    """To a tenth of an hour, without a trailing .0; thousands separated."""
+    """To a hundredth of an hour, without trailing zeros; thousands separated."""
     if value is None:
         return "—"
-    amount = round(float(value), 1)
-    text = f"{amount if amount else 0.0:,.1f}"  # never "-0"
-    return text[:-2] if text.endswith(".0") else text
+    amount = round(float(value), 2)
+    text = f"{amount if amount else 0.0:,.2f}"  # never "-0"
+    return text.rstrip("0").rstrip(".")
