@@ -79,9 +79,7 @@ class RuleForm(forms.Form):
     """One row of PAI's Resource Usage table: a quota, who may use it, and the caps."""
 
     quota = forms.ChoiceField(label="Quota", required=False, help_text="Leave empty to drop the row.")
-    roles = forms.MultipleChoiceField(
-        label="Usable roles", required=False, widget=forms.SelectMultiple()
-    )
+    roles = forms.MultipleChoiceField(label="Usable roles", required=False, widget=forms.SelectMultiple())
     authorized_users = forms.CharField(
         label="Authorized users", required=False, help_text="Usernames of non-members, separated by commas."
     )
