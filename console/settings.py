@@ -93,7 +93,9 @@ TEMPLATES = [
 ]
 
 DATABASE_POOL_SIZE: int = env.int("DATABASE_POOL_SIZE", default=10)
-DATABASES = {"default": database_config(env.str("DATABASE_URL", default=""), VAR_DIR, pool_size=DATABASE_POOL_SIZE)}
+DATABASES = {
+    "default": database_config(env.str("DATABASE_URL", default=""), VAR_DIR, pool_size=DATABASE_POOL_SIZE)
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL: str = redis_url(env.str("REDIS_URL", default=""))
