@@ -16,15 +16,29 @@ from functools import lru_cache
 from typing import Any, NamedTuple, TypedDict
 
 from django.db import connection, transaction
-from django.db.models import Count, DurationField, ExpressionWrapper, F, FloatField, Func, Q, QuerySet, Sum
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Func,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+)
 
 from quotas.hooks import QuotaStatus as QuotaStatusFigures
 from quotas.models import Node, NodeState, Quota, ResourcePool
 from scheduling import engine
+from scheduling.engine import fairshare
 from scheduling.engine import types as engine_types
 from scheduling.models import (
     ACTIVE_STATES,
     HOLDING_STATES,
+    AllocationSample,
     CycleRecord,
     Job,
     JobEvent,
@@ -202,6 +216,61 @@ def _engine_job(key: str, row: tuple[Any, ...], quota: str, replicas: tuple[tupl
     )
 
 
+def _engine_quotas() -> tuple[dict[int, str], list[engine.Quota]]:
+    """The quota tree as the engine takes it, in one query; and each quota's name by id."""
+    quota_rows = _raw_rows(
+        Quota.objects.order_by("id").values_list(
+            "id",
+            "name",
+            "parent_id",
+            "gpus",
+            "cpu",
+            "memory_gib",
+            "limit",
+            "weight",
+            "rank",
+            "child_preemption",
+            "same_level_preemption",
+            "queue_policy",
+            "min_runtime_seconds",
+        )
+    )
+    quota_names: dict[int, str] = {row[0]: row[1] for row in quota_rows}
+    quotas = [
+        engine.Quota(
+            name=name,
+            parent=quota_names.get(parent_id) if parent_id is not None else None,
+            gpus=gpus,
+            cpu=cpu,
+            memory_gib=memory_gib,
+            limit=limit,
+            weight=weight,
+            rank=rank,
+            child_preemption=bool(child_preemption),
+            same_level_preemption=bool(same_level_preemption),
+            queue_policy=queue_policy,
+            min_runtime_seconds=None if min_runtime is None else float(min_runtime),
+            created_order=order,
+        )
+        for order, (
+            _id,
+            name,
+            parent_id,
+            gpus,
+            cpu,
+            memory_gib,
+            limit,
+            weight,
+            rank,
+            child_preemption,
+            same_level_preemption,
+            queue_policy,
+            min_runtime,
+        ) in enumerate(quota_rows)
+    ]
+    return quota_names, quotas
+
+
 def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
     """The cluster as the engine sees it: ready and down nodes, the quota tree, the active jobs.
 
@@ -235,57 +304,8 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
         node_names[node_id] = name
         index.node_ids[name] = node_id
 
-    quota_rows = _raw_rows(
-        Quota.objects.order_by("id").values_list(
-            "id",
-            "name",
-            "parent_id",
-            "gpus",
-            "cpu",
-            "memory_gib",
-            "limit",
-            "weight",
-            "rank",
-            "child_preemption",
-            "same_level_preemption",
-            "queue_policy",
-            "min_runtime_seconds",
-        )
-    )
-    quota_names: dict[int, str] = {row[0]: row[1] for row in quota_rows}
+    quota_names, quotas = _engine_quotas()
     index.quota_ids = {name: quota_id for quota_id, name in quota_names.items()}
-    quotas = [
-        engine.Quota(
-            name=name,
-            parent=quota_names.get(parent_id) if parent_id is not None else None,
-            gpus=gpus,
-            cpu=cpu,
-            memory_gib=memory_gib,
-            limit=limit,
-            weight=weight,
-            rank=rank,
-            child_preemption=bool(child_preemption),
-            same_level_preemption=bool(same_level_preemption),
-            queue_policy=queue_policy,
-            min_runtime_seconds=None if min_runtime is None else float(min_runtime),
-            created_order=order,
-        )
-        for order, (
-            _id,
-            name,
-            parent_id,
-            gpus,
-            cpu,
-            memory_gib,
-            limit,
-            weight,
-            rank,
-            child_preemption,
-            same_level_preemption,
-            queue_policy,
-            min_runtime,
-        ) in enumerate(quota_rows)
-    ]
 
     job_rows = _raw_rows(
         Job.objects.filter(state__in=ACTIVE_STATES)
@@ -384,6 +404,86 @@ def quota_status_figures(snapshot: engine.Snapshot) -> dict[str, QuotaStatusFigu
                 figures[name]["pending"] += 1
             else:
                 figures[name]["running"] += 1
+            name = parent_of.get(name)
+    return figures
+
+
+def _fair_share_capacity() -> int:
+    """`engine.fairshare.cluster_capacity` from the database: every GPU of a node that takes new
+    placements, and of a cordoned or draining node the devices its jobs hold (milli-GPUs)."""
+    MILLI = fairshare.MILLI
+    placeable = Node.objects.filter(state=NodeState.READY).aggregate(gpus=Sum("gpus"))["gpus"] or 0
+    held: dict[tuple[int, int], int] = {}
+    rows = ReplicaPlacementRecord.objects.filter(
+        job__state__in=HOLDING_STATES, node__state__in=(NodeState.CORDONED, NodeState.DRAINING)
+    ).values_list("node_id", "devices", "fraction")
+    for node_id, devices, fraction in _raw_rows(rows):
+        milli = fairshare.to_milli(fraction) if fraction < 1 else MILLI
+        for device in _devices(devices):
+            held[(node_id, device)] = min(MILLI, held.get((node_id, device), 0) + milli)
+    return int(placeable) * MILLI + sum(held.values())
+
+
+def quota_status_summary() -> dict[str, QuotaStatusFigures]:
+    """What `quota_status_figures` says over a full snapshot, from aggregates instead: the pages
+    need per-quota sums, not ten thousand jobs and their placements (a snapshot of a busy
+    cluster costs half a second; this, a few milliseconds).
+
+    Jobs alike in quota, state, GPUs per replica and replicas are read as one group; the engine's
+    fair share sums each job's request (GPUs per replica rounded as it rounds them, × replicas)
+    and marks fractional ones, so one job of the group's shape with the group's replicas asks
+    exactly what the group asks. Allocated is the jobs' `allocated_gpus`, which every commit
+    keeps equal to their placements."""
+    quota_names, quotas = _engine_quotas()
+    capacity = _fair_share_capacity()
+    groups = (
+        Job.objects.filter(state__in=ACTIVE_STATES)
+        .values_list("quota_id", "state", "gpus", "replicas")
+        .annotate(jobs=Count("id"), held=Sum("allocated_gpus"))
+        .order_by()
+    )
+    jobs: list[engine.Job] = []
+    held: dict[str, float] = defaultdict(float)
+    running: dict[str, int] = defaultdict(int)
+    pending: dict[str, int] = defaultdict(int)
+    for quota_id, state, gpus, replicas, count, allocated in groups:
+        quota = quota_names[quota_id]
+        jobs.append(
+            engine.Job(
+                id=f"{quota_id}:{state}:{gpus}:{replicas}",
+                quota=quota,
+                gpus=gpus,
+                replicas=replicas * count,
+                state=state,
+            )
+        )
+        held[quota] += float(allocated or 0.0)
+        if state == JobState.PENDING:
+            pending[quota] += count
+        else:
+            running[quota] += count
+    # engine.fair_shares, with the capacity counted here: it would otherwise need the placements.
+    tree = fairshare.QuotaTree(quotas, {job.quota for job in jobs})
+    request = fairshare.subtree_requests(tree, fairshare.requests_by_leaf(tree, jobs))
+    share = fairshare.divide(tree, request, capacity, fairshare.fractional_nodes(tree, jobs))
+    fair_share = {tree.names[i]: share[i] / fairshare.MILLI for i in range(len(tree))}
+    parent_of = {quota.name: quota.parent for quota in quotas}
+    figures: dict[str, QuotaStatusFigures] = {
+        quota.name: QuotaStatusFigures(
+            fair_share=float(fair_share.get(quota.name, 0.0)),
+            allocated=0.0,
+            allocated_self=held.get(quota.name, 0.0),
+            running=0,
+            pending=0,
+        )
+        for quota in quotas
+    }
+    for own in quota_names.values():
+        name: str | None = own
+        while name is not None and name in figures:
+            figures[name]["allocated"] += held.get(own, 0.0)
+            figures[name]["running"] += running.get(own, 0)
+            figures[name]["pending"] += pending.get(own, 0)
             name = parent_of.get(name)
     return figures
 
@@ -508,11 +608,46 @@ def allocated_gpus_total() -> float:
     return float(Job.objects.filter(state__in=HOLDING_STATES).aggregate(total=Sum("allocated_gpus"))["total"] or 0.0)
 
 
+class AllocationPoint(NamedTuple):
+    at: datetime
+    allocated: float
+    guaranteed: float
+    fair_share: float
+
+
+def allocation_history(*, quota_ids: Iterable[int], since: datetime) -> dict[int, list[AllocationPoint]]:
+    """Per quota, its samples since `since`, led by the last one before it (moved to `since`):
+    the figures hold from a sample to the next, so that one says where the window starts.
+
+    Two queries whatever the number of quotas; a quota with no sample at all is left out."""
+    ids = list(quota_ids)
+    history: dict[int, list[AllocationPoint]] = {quota_id: [] for quota_id in ids}
+    # One index seek on (quota, at) per quota, not a scan of the older samples.
+    before = (
+        AllocationSample.objects.filter(quota_id=OuterRef("pk"), at__lt=since).order_by("-at", "-id").values("pk")[:1]
+    )
+    leading = AllocationSample.objects.filter(
+        pk__in=Quota.objects.filter(pk__in=ids).annotate(last=Subquery(before)).values("last")
+    ).values_list("quota_id", "allocated", "guaranteed", "fair_share")
+    for quota_id, allocated, guaranteed, fair_share in leading:
+        history[quota_id].append(AllocationPoint(since, allocated, guaranteed, fair_share))
+    within = (
+        AllocationSample.objects.filter(quota_id__in=ids, at__gte=since)
+        .order_by("at", "id")
+        .values_list("quota_id", "at", "allocated", "guaranteed", "fair_share")
+    )
+    for quota_id, at, allocated, guaranteed, fair_share in within:
+        history[quota_id].append(AllocationPoint(at, allocated, guaranteed, fair_share))
+    return {quota_id: points for quota_id, points in history.items() if points}
+
+
 __all__ = [
+    "AllocationPoint",
     "JobSeen",
     "JobState",
     "SnapshotIndex",
     "allocated_gpus_total",
+    "allocation_history",
     "build_snapshot",
     "gpu_holders",
     "held_devices",
@@ -523,6 +658,7 @@ __all__ = [
     "live_job_rows",
     "metrics_figures",
     "quota_status_figures",
+    "quota_status_summary",
     "scheduler_status",
     "user_gpus_in_use",
 ]
