@@ -14,6 +14,7 @@ from typing import Any
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -26,7 +27,7 @@ from quotas.models import Quota
 from quotas.services import DryRunResult
 from scheduling import selectors as scheduling_selectors
 from scheduling.clock import get_clock
-from scheduling.models import ACTIVE_STATES, Job
+from scheduling.models import ACTIVE_STATES, Job, JobState
 from workspaces import selectors as workspace_selectors
 from workspaces.permissions import restrict
 
@@ -163,8 +164,27 @@ def resource_quotas(request: HttpRequest) -> HttpResponse:
         query = request.GET.get("q", "").strip()
         if query:
             rows = [row for row in rows if query.casefold() in row["quota"].name.casefold()]
-        context.update(rows=rows, query=query, parents={row["quota"].parent_id for row in rows})
+        # Running and pending count every workspace's jobs; a member is also told how many of
+        # them she may see (issue 11: the counts did not match her Jobs page).
+        yours = {} if _is_platform_admin(request) else _visible_live_counts(request, rows)
+        shown = [{**row, "yours": yours.get(row["quota"].pk)} for row in rows]
+        context.update(rows=shown, query=query, parents={row["quota"].parent_id for row in rows})
     return render(request, "console/quotas/resource_quotas.html", context)
+
+
+def _visible_live_counts(request: HttpRequest, rows: list[Any]) -> dict[int, dict[str, int]]:
+    """Per quota (its subtree, as the status counts), the running and pending jobs the user may see."""
+    parent_of = dict(Quota.objects.values_list("pk", "parent_id"))
+    counts: dict[int, dict[str, int]] = {row["quota"].pk: {"running": 0, "pending": 0} for row in rows}
+    live = restrict(Job.objects.filter(state__in=ACTIVE_STATES), request.user, "view")
+    for quota_id, state, number in live.values_list("quota_id", "state").annotate(number=Count("pk")).order_by():
+        key = "pending" if state == JobState.PENDING else "running"
+        current: int | None = quota_id
+        while current is not None:
+            if current in counts:
+                counts[current][key] += number
+            current = parent_of.get(current)
+    return counts
 
 
 QUOTA_TABS = (

@@ -113,7 +113,10 @@ def test_every_page_works_under_the_policy(
         ("/nodes/", "Nodes"),
         ("/workspaces/", None),
         (f"/workspaces/{workspace.pk}/", None),
-        (f"/workspaces/{workspace.pk}/scheduling/", None),
+        (f"/workspaces/{workspace.pk}/quotas/", None),
+        (f"/workspaces/{workspace.pk}/scheduling/", "Resource Usage"),
+        (f"/workspaces/{workspace.pk}/usage/", "Last 24 hours"),
+        (f"/workspaces/{workspace.pk}/members/{workspace.memberships.order_by('pk')[0].pk}/remove/", None),
         ("/jobs/", None),
         (f"/jobs/{job.pk}/", None),
     ]
@@ -145,6 +148,13 @@ def test_every_page_works_under_the_policy(
     quota = Quota.objects.get(name="Quota1.1")
     page.goto(f"{live_server.url}/quotas/{quota.pk}/?tab=monitoring")
     expect(page.locator("[data-chart][data-ready='true']")).to_have_count(1)
+
+    # +Add on the Scheduling Configurations tab adds a row from a script file, in place.
+    page.goto(f"{live_server.url}/workspaces/{workspace.pk}/scheduling/")
+    rows = page.locator("main [data-testid=rule-form-row]")
+    before = rows.count()
+    page.get_by_role("button", name="+Add").click()
+    expect(rows).to_have_count(before + 1)
 
     # The job list's state filter submits on change, from a script file (it was an onchange="").
     page.goto(f"{live_server.url}/jobs/")
