@@ -76,7 +76,9 @@ def test_a_text_filter_may_be_empty(admin_api: APIClient) -> None:
     assert admin_api.get("/api/v1/quotas/?name=").json()["count"] == 3
 
 
-@pytest.mark.parametrize("path", ["/api/v1/nope/", "/api/v1/workspaces/%C3%8C/roles/%C3%94%0A/", "/api/v2/", "/api/%0A"])
+@pytest.mark.parametrize(
+    "path", ["/api/v1/nope/", "/api/v1/workspaces/%C3%8C/roles/%C3%94%0A/", "/api/v2/", "/api/%0A"]
+)
 def test_an_address_under_api_that_names_nothing_is_a_json_404(admin_client_api: APIClient, path: str) -> None:
     answer = admin_client_api.get(path)
     assert answer.status_code == 404
