@@ -37,6 +37,10 @@ def admin_api(admin_client_api: APIClient) -> APIClient:
         ("/api/v1/nodes/", {**NODE, "labels": {"zone": 0}}, "labels", "label 'zone' must be a string."),
         ("/api/v1/nodes/", {**NODE, "labels": []}, "labels", "labels must be an object, got a list."),
         ("/api/v1/workspaces/", {**WORKSPACE, "quotas": {}}, "quotas", "quotas must be a list, got an object."),
+        # PostgreSQL can neither store nor compare NUL: a lookup by such a name was a 500 there.
+        ("/api/v1/quotas/transfer/", {"from": "Kr]\x004", "to": "Quota1.2", "gpus": 1}, "from", "NUL character"),
+        ("/api/v1/quotas/", {**QUOTA, "parent": "Quota1\x00"}, "parent", "must not contain the NUL character"),
+        ("/api/v1/workspaces/", {**WORKSPACE, "quotas": ["Quota1\x00"]}, "quotas", "NUL character"),
     ],
 )
 def test_a_value_of_the_wrong_json_kind_is_refused_naming_the_field(
