@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, NamedTuple, TypedDict
 
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
 from django.db.models import Count, FloatField, Func, QuerySet, Sum
 
@@ -33,6 +34,7 @@ from scheduling.models import (
     ReplicaPlacementRecord,
     SchedulerFence,
 )
+from workspaces.permissions import check_submission
 
 
 class JobSeen(NamedTuple):
@@ -612,4 +614,52 @@ def _invariant_violations() -> list[str]:
 def _event_counts(kind: str) -> list[tuple[int, int]]:
     return list(
         JobEvent.objects.filter(kind=kind).values("job_id").annotate(count=Count("id")).values_list("job_id", "count")
+    )
+
+
+class QuotaChoice(NamedTuple):
+    """One quota bound to a workspace, as Submit job offers it: usable by this user, or why not."""
+
+    quota: Quota
+    usable: bool
+    why_not: str
+
+
+def submission_quota_choices(*, user: Any, workspace: Any) -> list[QuotaChoice]:
+    """The workspace's bound quotas, each with whether its usable-role rules let `user` submit
+    there. The check is `check_submission`'s own (with nothing asked yet, so caps cannot refuse),
+    so the list and a real submission never disagree."""
+    choices = []
+    for quota in Quota.objects.filter(bindings__workspace=workspace).order_by("name"):
+        try:
+            check_submission(
+                user=user, workspace=workspace, quota=quota, priority=1, gpus_per_job=0.0, user_gpus_in_use=0.0
+            )
+        except (PermissionDenied, ValidationError) as refused:
+            text = " ".join(refused.messages) if isinstance(refused, ValidationError) else str(refused)
+            choices.append(QuotaChoice(quota=quota, usable=False, why_not=text[:1].upper() + text[1:]))
+        else:
+            choices.append(QuotaChoice(quota=quota, usable=True, why_not=""))
+    return choices
+
+
+def job_page_list(*, queryset: QuerySet[Job]) -> QuerySet[Job]:
+    """What the Jobs page shows of each job: its names and state, no placements (the job page
+    has those), so a page of 50 costs the same queries as a page of 5."""
+    return queryset.select_related("workspace", "quota", "owner").only(
+        "id",
+        "name",
+        "kind",
+        "gpus",
+        "replicas",
+        "priority",
+        "state",
+        "allocated_gpus",
+        "reason_code",
+        "reason_message",
+        "position",
+        "submitted_at",
+        "workspace__name",
+        "quota__name",
+        "owner__username",
     )

@@ -26,6 +26,7 @@ Who may do what:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -193,6 +194,49 @@ def check_submission(
         user_gpus_in_use=user_gpus_in_use,
         username=user.get_username(),
     )
+
+
+def submittable_workspaces(user: User | None) -> QuerySet[Workspace]:
+    """Workspaces where the user may submit at all: holding `job.submit` as a member, or as a
+    non-member named in (or let in by) a rule. Unlike restrict(..., "submit") a visitor's
+    workspace is not among them, so pages offer Submit only where it can succeed."""
+    if user is None or not user.is_authenticated:
+        return Workspace.objects.none()
+    if getattr(user, "is_superuser", False):
+        return Workspace.objects.all()
+    return Workspace.objects.filter(
+        _holds(user, "pk", JOB_SUBMIT) | (~_member(user, "pk") & (_authorized(user, "pk") | _open_to_non_members("pk")))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SubmissionCaps:
+    """The strictest caps that apply to one user's job at one priority; None: no cap."""
+
+    per_job: float | None
+    per_user: float | None
+
+
+def submission_caps(*, user: User, workspace: Workspace, quota: Quota, priority: int) -> SubmissionCaps:
+    """The caps `check_submission` would hold a job of this priority to, for showing them
+    before submitting; no caps for platform admins or where no rule admits the user."""
+    if not user.is_authenticated or getattr(user, "is_superuser", False):
+        return SubmissionCaps(per_job=None, per_user=None)
+    role = role_of(user, workspace)
+    rules = SchedulingRule.objects.filter(workspace=workspace, quota=quota).prefetch_related("caps")
+    if role is not None:
+        admitting = [rule for rule in rules if role in rule.roles]
+    else:
+        authorizing = set(
+            SchedulingRule.authorized_users.through.objects.filter(
+                schedulingrule__workspace=workspace, schedulingrule__quota=quota, user_id=_uid(user)
+            ).values_list("schedulingrule_id", flat=True)
+        )
+        admitting = [rule for rule in rules if rule.non_members or rule.pk in authorizing]
+    covering = [cap for rule in admitting for cap in rule.caps.all() if cap.covers(priority)]
+    per_job = [cap.max_gpus_per_job for cap in covering if cap.max_gpus_per_job is not None]
+    per_user = [cap.max_gpus_per_user for cap in covering if cap.max_gpus_per_user is not None]
+    return SubmissionCaps(per_job=min(per_job) if per_job else None, per_user=min(per_user) if per_user else None)
 
 
 def _check_caps(
