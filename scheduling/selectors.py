@@ -8,16 +8,17 @@ ids back to rows, with the state and revision each job had when it was read.
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, NamedTuple, TypedDict
 
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, FloatField, Func, QuerySet, Sum
+from django.db.models import Count, FloatField, Func, Max, QuerySet, Sum
 
 from quotas.hooks import QuotaStatus as QuotaStatusFigures
 from quotas.models import Node, NodeState, Quota, ResourcePool
@@ -34,7 +35,7 @@ from scheduling.models import (
     ReplicaPlacementRecord,
     SchedulerFence,
 )
-from workspaces.permissions import check_submission
+from workspaces.permissions import usable_quotas
 
 
 class JobSeen(NamedTuple):
@@ -627,20 +628,18 @@ class QuotaChoice(NamedTuple):
 
 def submission_quota_choices(*, user: Any, workspace: Any) -> list[QuotaChoice]:
     """The workspace's bound quotas, each with whether its usable-role rules let `user` submit
-    there. The check is `check_submission`'s own (with nothing asked yet, so caps cannot refuse),
-    so the list and a real submission never disagree."""
-    choices = []
-    for quota in Quota.objects.filter(bindings__workspace=workspace).order_by("name"):
-        try:
-            check_submission(
-                user=user, workspace=workspace, quota=quota, priority=1, gpus_per_job=0.0, user_gpus_in_use=0.0
-            )
-        except (PermissionDenied, ValidationError) as refused:
-            text = " ".join(refused.messages) if isinstance(refused, ValidationError) else str(refused)
-            choices.append(QuotaChoice(quota=quota, usable=False, why_not=text[:1].upper() + text[1:]))
-        else:
-            choices.append(QuotaChoice(quota=quota, usable=True, why_not=""))
-    return choices
+    there. The rules are `check_submission`'s own (workspaces.permissions), caps aside (nothing
+    is asked yet), so the list and a real submission never disagree."""
+    quotas = list(Quota.objects.filter(bindings__workspace=workspace).order_by("name"))
+    refusals = usable_quotas(user=user, workspace=workspace, quotas=quotas)
+    return [
+        QuotaChoice(quota=quota, usable=refusals[quota.pk] is None, why_not=_sentence(refusals[quota.pk] or ""))
+        for quota in quotas
+    ]
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] if text else text
 
 
 def job_page_list(*, queryset: QuerySet[Job]) -> QuerySet[Job]:
@@ -663,3 +662,90 @@ def job_page_list(*, queryset: QuerySet[Job]) -> QuerySet[Job]:
         "quota__name",
         "owner__username",
     )
+
+
+# --- the Submit job estimate's snapshot ---------------------------------------------------------
+
+# How long the cluster read for one estimate may serve the next ones while nothing changed. A
+# person typing into Submit job asks for an estimate every few hundred milliseconds; reading
+# 10,000 jobs for each costs more than the engine run itself (docs/benchmarks.md, issue 11).
+ESTIMATE_SNAPSHOT_SECONDS = 2.0
+
+
+@dataclass(slots=True)
+class _EstimateBase:
+    version: tuple[Any, ...]
+    built_at: float
+    snapshot: engine.Snapshot
+    index: SnapshotIndex
+
+
+_estimate_base: dict[str, _EstimateBase] = {}
+
+
+def _data_version(*, leaving_out: int) -> tuple[Any, ...]:
+    """What changes with every write the engine's input depends on: the live jobs (a job's
+    `revision` goes up on every change of state or allocation; a new job raises the count and
+    the newest id) and the newest audit record (every quota and node change, every submit,
+    cancel and finish). A cycle that decides nothing changes neither, so the beat's safety-net
+    cycles leave the reused read standing. Times come along so that a fresh database (a test's)
+    never matches an old one's numbers."""
+    from quotas.models import AuditRecord
+
+    live = (
+        Job.objects.filter(state__in=ACTIVE_STATES)
+        .exclude(pk=leaving_out)
+        .aggregate(count=Count("id"), newest=Max("id"), revisions=Sum("revision"))
+    )
+    newest = AuditRecord.objects.order_by("-id").values_list("id", "at")
+    return (live["count"], live["newest"], live["revisions"], newest.first())
+
+
+def estimate_snapshot(now: datetime, *, job_pk: int) -> tuple[engine.Snapshot, SnapshotIndex]:
+    """`build_snapshot` for a dry-run submit of the (saved, to be rolled back) job `job_pk`.
+
+    The rest of the cluster is read once and reused for up to SCHEDULER_ESTIMATE_SNAPSHOT_SECONDS
+    (default ESTIMATE_SNAPSHOT_SECONDS) while `_data_version` stays the same; the job itself is
+    read every time and goes last, as the newest submission does in `build_snapshot`'s order.
+    An estimate is a forecast, and the submission it precedes meets a fresh cycle.
+    """
+    key = job_key(job_pk)
+    version = _data_version(leaving_out=job_pk)
+    base = _estimate_base.get("cluster")
+    reuse_for = float(getattr(settings, "SCHEDULER_ESTIMATE_SNAPSHOT_SECONDS", ESTIMATE_SNAPSHOT_SECONDS))
+    if base is None or base.version != version or time.monotonic() - base.built_at > reuse_for:
+        snapshot, index = build_snapshot(now)
+        index.jobs.pop(key, None)
+        snapshot = replace(snapshot, jobs=tuple(job for job in snapshot.jobs if job.id != key))
+        base = _EstimateBase(version=version, built_at=time.monotonic(), snapshot=snapshot, index=index)
+        _estimate_base["cluster"] = base
+    row = _raw_rows(
+        Job.objects.filter(pk=job_pk)
+        .annotate(submitted=_Moment("submitted_at"), started=_Moment("started_at"), evicted=_Moment("evicted_at"))
+        .values_list(*_ENGINE_JOB_COLUMNS, "name", "quota__name")
+    )[0]
+    width = len(_ENGINE_JOB_COLUMNS)
+    name, quota_name = row[width:]
+    job = _engine_job(key, row[:width], quota_name, ())
+    index = SnapshotIndex(
+        jobs={**base.index.jobs},
+        node_ids=base.index.node_ids,
+        quota_ids=base.index.quota_ids,
+        fence_token=base.index.fence_token,
+        fence_generation=base.index.fence_generation,
+    )
+    index.jobs[key] = JobSeen(
+        pk=job_pk,
+        name=name,
+        state=row[_STATE],
+        revision=0,
+        quota_id=row[_QUOTA_ID],
+        gpus=row[_GPUS],
+        grace_seconds=row[_GRACE_SECONDS],
+        requeue=True,
+        reason_code="",
+        reason_message="",
+        position=None,
+    )
+    snapshot = replace(base.snapshot, jobs=(*base.snapshot.jobs, job), now=now.timestamp())
+    return snapshot, index

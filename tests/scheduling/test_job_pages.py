@@ -93,6 +93,14 @@ def test_the_estimate_of_a_job_beyond_the_free_gpus_waits_with_numbers(world: di
     assert "Waits: needs 32 GPUs; 0 are free in the pool" in text
 
 
+def test_the_estimate_sees_a_change_made_since_the_last_one(world: dict[str, AbstractUser]) -> None:
+    """The cluster read is reused between estimates only while nothing changed (a cancel did)."""
+    dave = client_as("dave")
+    assert 'data-verdict="waits"' in dave.post("/jobs/new/estimate/", job_form(gpus="4")).content.decode()
+    job_services.cancel_job(actor=None, job=Job.objects.get(name="train-c"))
+    assert 'data-verdict="starts"' in dave.post("/jobs/new/estimate/", job_form(gpus="4")).content.decode()
+
+
 def test_the_estimate_and_the_submit_refuse_a_cap_with_the_same_sentence(world: dict[str, AbstractUser]) -> None:
     workspace = Workspace.objects.get(name="workspace-b")
     workspace_services.set_scheduling_config(
