@@ -223,8 +223,13 @@ def job_submit_page(request: HttpRequest) -> HttpResponse:
 def job_estimate(request: HttpRequest) -> HttpResponse:
     """The live estimate's htmx answer. A new workspace also brings its quota list (out of band)."""
     built = _build_form(request, request.POST, {})
-    context = {**built, **_estimate_context(request, built)}
-    context["refresh_quotas"] = str(built["workspace"].pk) != request.POST.get("quotas_for", "")
+    refresh = str(built["workspace"].pk) != request.POST.get("quotas_for", "")
+    if refresh and request.POST.get("quota") not in {str(choice.quota.pk) for choice in built["usable"]}:
+        # The quota chosen belonged to the workspace before: estimate with the new one's first.
+        data = request.POST.copy()
+        data["quota"] = str(built["usable"][0].quota.pk) if built["usable"] else ""
+        built = _build_form(request, data, {})
+    context = {**built, **_estimate_context(request, built), "refresh_quotas": refresh}
     context["quotas_for"] = built["workspace"].pk
     return render(request, "scheduling/partials/estimate_answer.html", context)
 

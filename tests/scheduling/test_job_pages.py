@@ -181,7 +181,9 @@ def test_a_new_workspace_brings_its_quota_list_out_of_band(world: dict[str, Abst
     answer = client_as("admin").post("/jobs/new/estimate/", job_form(workspace=ids()["ws-c"], quota=ids()["q-b"]))
     text = answer.content.decode()
     assert 'id="quota-block" hx-swap-oob="true"' in text
-    assert "Quota1.2" in text
+    assert f'<option value="{ids()["q-c"]}" selected>Quota1.2</option>' in text
+    assert "Refused" not in text  # the estimate is for workspace-c's quota, not the one left behind
+    assert 'id="submit-actions" hx-swap-oob="true"' in text
 
 
 # --- the permission matrix ------------------------------------------------------------------
