@@ -102,4 +102,4 @@ def from_preview(preview: Any) -> Estimate:
 
 def refused(message: str, field_name: str = "") -> Estimate:
     """The service's own refusal, word for word (the same sentence a real submit shows)."""
-    return Estimate("refused", f"Refused: {message}", field_name=field_name)
+    return Estimate("refused", f"Refused: {message.rstrip('.')}.", field_name=field_name)

@@ -147,20 +147,37 @@ def _estimate(request: HttpRequest, form: SubmitJobForm) -> Estimate:
         preview = services.submit_job(actor=request.user, dry_run=True, **submission)
     except ValidationError as refused:
         field_name, texts = next(iter(error_messages(refused).items()))
-        return estimates.refused(_sentence(texts[0]), field_name)
+        return estimates.refused(texts[0], field_name)
     except PermissionDenied as refused:
-        return estimates.refused(_sentence(str(refused)) + ".", "quota")
+        return estimates.refused(str(refused), "quota")
     return estimates.from_preview(preview)
 
 
+def _as_posted(form: SubmitJobForm, usable: list[selectors.QuotaChoice]) -> dict[str, Any]:
+    """An unbound form's initial values as the browser would post them (the select shows the
+    first usable quota; an unticked box is left out), so the page opens with an estimate."""
+    values = {name: form[name].value() for name in form.fields}
+    if values.get("quota") in (None, "") and usable:
+        values["quota"] = usable[0].quota.pk
+    return {name: "on" if value is True else value for name, value in values.items() if value not in (None, False)}
+
+
 def _estimate_context(request: HttpRequest, built: dict[str, Any]) -> dict[str, Any]:
-    form: SubmitJobForm = built["form"]
+    shown: SubmitJobForm = built["form"]
+    # A form of its own: the page's may carry a refused submit's errors (a missing name), and
+    # the estimate still says what the cluster would do with the rest.
+    form = SubmitJobForm(
+        shown.data if shown.is_bound else _as_posted(shown, built["usable"]),
+        workspaces=shown.fields["workspace"].queryset,  # type: ignore[attr-defined]
+        quota_choices=built["choices"],
+    )
+    if shown.is_bound:
+        quota_field = form.fields["quota"]
+        assert isinstance(quota_field, forms.ModelChoiceField)
+        quota_field.queryset = shown.fields["quota"].queryset  # type: ignore[attr-defined]
     estimate = _estimate(request, form)
     data = form.cleaned_data if hasattr(form, "cleaned_data") else {}
-    quota = data.get("quota")
-    if quota is None and not form.is_bound and built["usable"]:
-        quota = built["usable"][0].quota
-    return {"estimate": estimate, "caps": _caps(request, built["workspace"], quota, data.get("priority"))}
+    return {"estimate": estimate, "caps": _caps(request, built["workspace"], data.get("quota"), data.get("priority"))}
 
 
 def _initial_from_job(request: HttpRequest) -> dict[str, Any]:
@@ -324,5 +341,6 @@ def job_cancel_page(request: HttpRequest, pk: int) -> HttpResponse:
         summarise=_cancel_summary,
         done_message=lambda _cleaned: f"Job {job.name} cancelled; its GPUs are free.",
         confirm_label="Confirm: cancel job",
+        moves_shares=False,
     )
     return run_preview_action(request, action)

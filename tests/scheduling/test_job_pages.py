@@ -116,13 +116,13 @@ def test_the_estimate_and_the_submit_refuse_a_cap_with_the_same_sentence(world: 
     )
     dave = client_as("dave")
     estimate = dave.post("/jobs/new/estimate/", job_form(gpus="8", replicas="2")).content.decode()
-    sentence = "Asks 16 GPUs per job; the cap for priority 3 on Quota1.1 is 8"
+    sentence = "asks 16 GPUs per job; the cap for priority 3 on Quota1.1 is 8"
     assert 'data-verdict="refused"' in estimate
-    assert f"Refused: {sentence}" in estimate
+    assert f"Refused: {sentence}." in estimate
     assert 'Per job</dt><dd class="num">8 GPUs' in estimate  # the caps beside it
     submitted = dave.post("/jobs/new/", job_form(gpus="8", replicas="2", step="submit"))
     assert submitted.status_code == 200
-    assert 'data-testid="error-gpus">' + sentence in submitted.content.decode()
+    assert 'data-testid="error-gpus">A' + sentence[1:] in submitted.content.decode()
     assert not Job.objects.filter(name="small").exists()
 
 
@@ -312,3 +312,9 @@ def test_cancel_previews_then_confirms(world: dict[str, AbstractUser]) -> None:
     done = client.post(f"/jobs/{job.pk}/cancel/", {"step": "confirm", "previewed": previewed})
     assert done.status_code == 302
     assert Job.objects.get(pk=job.pk).state == "cancelled"
+
+
+def test_the_page_opens_with_an_estimate_of_its_initial_values(world: dict[str, AbstractUser]) -> None:
+    page = client_as("dave").get("/jobs/new/").content.decode()
+    assert 'data-verdict="waits"' in page and "Waits: needs 1 GPU" in page  # the pool is full
+    assert 'data-testid="caps"' in page
