@@ -15,18 +15,20 @@ NAVIGATION = [
     ("Jobs", "jobs-page"),
     ("API", "api-docs"),
 ]
-
-
-# Pages for platform admins only (others get a 404 there), listed after Resource Quotas.
-ADMIN_NAVIGATION = [("Nodes", "nodes-page")]
+# Pages for platform admins only (others get a 404 there): Nodes after Resource Quotas, and
+# the Django admin last (a tool for operators, not a page of the console).
+ADMIN_PAGES = [("Nodes", "nodes-page")]
+ADMIN_TOOLS = [("Admin", "admin:index")]
 
 
 def navigation(request: HttpRequest) -> dict[str, Any]:
     items = []
     entries = list(NAVIGATION)
-    if getattr(request.user, "is_superuser", False):
+    user = getattr(request, "user", None)
+    if user is not None and user.is_superuser:
         after = next((i + 1 for i, (_label, name) in enumerate(entries) if name == "resource-quotas"), len(entries))
-        entries[after:after] = ADMIN_NAVIGATION
+        entries[after:after] = ADMIN_PAGES
+        entries += ADMIN_TOOLS
     for label, url_name in entries:
         try:
             url = reverse(url_name)

@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from console import api, node_views, quota_views, views
+from console import api, metrics, node_views, quota_views, views
 
 api_v1: list[URLPattern | URLResolver] = [
     path("auth/token/", api.ObtainTokenView.as_view(), name="api-token"),
@@ -19,7 +19,10 @@ api_v1: list[URLPattern | URLResolver] = [
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("healthz", views.healthz, name="healthz"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("favicon.ico", views.favicon, name="favicon"),
+    # A signed-in user who opens the sign-in page (a bookmark, the back button) goes on to the dashboard.
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("sign-out-everywhere/", views.sign_out_everywhere, name="sign-out-everywhere"),
     path("admin/", admin.site.urls),

@@ -12,21 +12,35 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any, NamedTuple, TypedDict
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, FloatField, Func, QuerySet, Sum
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Func,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+)
 
 from quotas.hooks import QuotaStatus as QuotaStatusFigures
 from quotas.models import Node, NodeState, Quota, ResourcePool
 from scheduling import engine
+from scheduling.engine import fairshare
 from scheduling.engine import types as engine_types
 from scheduling.models import (
     ACTIVE_STATES,
     HOLDING_STATES,
+    AllocationSample,
     CycleRecord,
     Job,
     JobEvent,
@@ -205,6 +219,61 @@ def _engine_job(key: str, row: tuple[Any, ...], quota: str, replicas: tuple[tupl
     )
 
 
+def _engine_quotas() -> tuple[dict[int, str], list[engine.Quota]]:
+    """The quota tree as the engine takes it, in one query; and each quota's name by id."""
+    quota_rows = _raw_rows(
+        Quota.objects.order_by("id").values_list(
+            "id",
+            "name",
+            "parent_id",
+            "gpus",
+            "cpu",
+            "memory_gib",
+            "limit",
+            "weight",
+            "rank",
+            "child_preemption",
+            "same_level_preemption",
+            "queue_policy",
+            "min_runtime_seconds",
+        )
+    )
+    quota_names: dict[int, str] = {row[0]: row[1] for row in quota_rows}
+    quotas = [
+        engine.Quota(
+            name=name,
+            parent=quota_names.get(parent_id) if parent_id is not None else None,
+            gpus=gpus,
+            cpu=cpu,
+            memory_gib=memory_gib,
+            limit=limit,
+            weight=weight,
+            rank=rank,
+            child_preemption=bool(child_preemption),
+            same_level_preemption=bool(same_level_preemption),
+            queue_policy=queue_policy,
+            min_runtime_seconds=None if min_runtime is None else float(min_runtime),
+            created_order=order,
+        )
+        for order, (
+            _id,
+            name,
+            parent_id,
+            gpus,
+            cpu,
+            memory_gib,
+            limit,
+            weight,
+            rank,
+            child_preemption,
+            same_level_preemption,
+            queue_policy,
+            min_runtime,
+        ) in enumerate(quota_rows)
+    ]
+    return quota_names, quotas
+
+
 def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
     """The cluster as the engine sees it: ready and down nodes, the quota tree, the active jobs.
 
@@ -238,57 +307,8 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
         node_names[node_id] = name
         index.node_ids[name] = node_id
 
-    quota_rows = _raw_rows(
-        Quota.objects.order_by("id").values_list(
-            "id",
-            "name",
-            "parent_id",
-            "gpus",
-            "cpu",
-            "memory_gib",
-            "limit",
-            "weight",
-            "rank",
-            "child_preemption",
-            "same_level_preemption",
-            "queue_policy",
-            "min_runtime_seconds",
-        )
-    )
-    quota_names: dict[int, str] = {row[0]: row[1] for row in quota_rows}
+    quota_names, quotas = _engine_quotas()
     index.quota_ids = {name: quota_id for quota_id, name in quota_names.items()}
-    quotas = [
-        engine.Quota(
-            name=name,
-            parent=quota_names.get(parent_id) if parent_id is not None else None,
-            gpus=gpus,
-            cpu=cpu,
-            memory_gib=memory_gib,
-            limit=limit,
-            weight=weight,
-            rank=rank,
-            child_preemption=bool(child_preemption),
-            same_level_preemption=bool(same_level_preemption),
-            queue_policy=queue_policy,
-            min_runtime_seconds=None if min_runtime is None else float(min_runtime),
-            created_order=order,
-        )
-        for order, (
-            _id,
-            name,
-            parent_id,
-            gpus,
-            cpu,
-            memory_gib,
-            limit,
-            weight,
-            rank,
-            child_preemption,
-            same_level_preemption,
-            queue_policy,
-            min_runtime,
-        ) in enumerate(quota_rows)
-    ]
 
     job_rows = _raw_rows(
         Job.objects.filter(state__in=ACTIVE_STATES)
@@ -391,6 +411,86 @@ def quota_status_figures(snapshot: engine.Snapshot) -> dict[str, QuotaStatusFigu
     return figures
 
 
+def _fair_share_capacity() -> int:
+    """`engine.fairshare.cluster_capacity` from the database: every GPU of a node that takes new
+    placements, and of a cordoned or draining node the devices its jobs hold (milli-GPUs)."""
+    MILLI = fairshare.MILLI
+    placeable = Node.objects.filter(state=NodeState.READY).aggregate(gpus=Sum("gpus"))["gpus"] or 0
+    held: dict[tuple[int, int], int] = {}
+    rows = ReplicaPlacementRecord.objects.filter(
+        job__state__in=HOLDING_STATES, node__state__in=(NodeState.CORDONED, NodeState.DRAINING)
+    ).values_list("node_id", "devices", "fraction")
+    for node_id, devices, fraction in _raw_rows(rows):
+        milli = fairshare.to_milli(fraction) if fraction < 1 else MILLI
+        for device in _devices(devices):
+            held[(node_id, device)] = min(MILLI, held.get((node_id, device), 0) + milli)
+    return int(placeable) * MILLI + sum(held.values())
+
+
+def quota_status_summary() -> dict[str, QuotaStatusFigures]:
+    """What `quota_status_figures` says over a full snapshot, from aggregates instead: the pages
+    need per-quota sums, not ten thousand jobs and their placements (a snapshot of a busy
+    cluster costs half a second; this, a few milliseconds).
+
+    Jobs alike in quota, state, GPUs per replica and replicas are read as one group; the engine's
+    fair share sums each job's request (GPUs per replica rounded as it rounds them, × replicas)
+    and marks fractional ones, so one job of the group's shape with the group's replicas asks
+    exactly what the group asks. Allocated is the jobs' `allocated_gpus`, which every commit
+    keeps equal to their placements."""
+    quota_names, quotas = _engine_quotas()
+    capacity = _fair_share_capacity()
+    groups = (
+        Job.objects.filter(state__in=ACTIVE_STATES)
+        .values_list("quota_id", "state", "gpus", "replicas")
+        .annotate(jobs=Count("id"), held=Sum("allocated_gpus"))
+        .order_by()
+    )
+    jobs: list[engine.Job] = []
+    held: dict[str, float] = defaultdict(float)
+    running: dict[str, int] = defaultdict(int)
+    pending: dict[str, int] = defaultdict(int)
+    for quota_id, state, gpus, replicas, count, allocated in groups:
+        quota = quota_names[quota_id]
+        jobs.append(
+            engine.Job(
+                id=f"{quota_id}:{state}:{gpus}:{replicas}",
+                quota=quota,
+                gpus=gpus,
+                replicas=replicas * count,
+                state=state,
+            )
+        )
+        held[quota] += float(allocated or 0.0)
+        if state == JobState.PENDING:
+            pending[quota] += count
+        else:
+            running[quota] += count
+    # engine.fair_shares, with the capacity counted here: it would otherwise need the placements.
+    tree = fairshare.QuotaTree(quotas, {job.quota for job in jobs})
+    request = fairshare.subtree_requests(tree, fairshare.requests_by_leaf(tree, jobs))
+    share = fairshare.divide(tree, request, capacity, fairshare.fractional_nodes(tree, jobs))
+    fair_share = {tree.names[i]: share[i] / fairshare.MILLI for i in range(len(tree))}
+    parent_of = {quota.name: quota.parent for quota in quotas}
+    figures: dict[str, QuotaStatusFigures] = {
+        quota.name: QuotaStatusFigures(
+            fair_share=float(fair_share.get(quota.name, 0.0)),
+            allocated=0.0,
+            allocated_self=held.get(quota.name, 0.0),
+            running=0,
+            pending=0,
+        )
+        for quota in quotas
+    }
+    for own in quota_names.values():
+        name: str | None = own
+        while name is not None and name in figures:
+            figures[name]["allocated"] += held.get(own, 0.0)
+            figures[name]["running"] += running.get(own, 0)
+            figures[name]["pending"] += pending.get(own, 0)
+            name = parent_of.get(name)
+    return figures
+
+
 def job_list(*, queryset: QuerySet[Job] | None = None) -> QuerySet[Job]:
     """Jobs with what their list and detail show, in a constant number of queries."""
     base = queryset if queryset is not None else Job.objects.all()
@@ -420,15 +520,137 @@ def user_gpus_in_use(*, user_id: int, workspace_id: int, quota_id: int) -> float
     return total
 
 
+def live_job_rows(*, job_ids: Iterable[int]) -> list[dict[str, Any]]:
+    """What a live page shows of these jobs right now (live topic changes), in one query."""
+    labels = dict(JobState.choices)
+    rows = Job.objects.filter(pk__in=list(job_ids)).values(
+        "id", "state", "reason_code", "reason_message", "workspace_id", "quota_id", "allocated_gpus"
+    )
+    return [{**row, "state_display": str(labels.get(row["state"], row["state"]))} for row in rows]
+
+
+# Histogram buckets (upper bounds, seconds) of /metrics: a cycle takes milliseconds to a few
+# seconds (S3-sized); an admission wait seconds to days.
+CYCLE_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+WAIT_BUCKETS: tuple[float, ...] = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0)
+
+
+class HistogramFigures(TypedDict):
+    buckets: list[tuple[float, int]]  # (upper bound in seconds, count at or below it), cumulative
+    count: int
+    sum: float
+
+
+class MetricsFigures(TypedDict):
+    jobs_by_quota_state: list[tuple[str, str, int]]
+    quotas: list[tuple[str, float, QuotaStatusFigures]]
+    preemptions: list[tuple[str, str, int]]
+    cycle_duration: HistogramFigures
+    admission_wait: HistogramFigures
+
+
+def metrics_figures(*, now: datetime) -> MetricsFigures:
+    """Everything /metrics shows, in a number of queries that does not grow with jobs, quotas or
+    cycles: counts are grouped and histograms are conditional counts in the database."""
+    jobs = [
+        (quota, state, count)
+        for quota, state, count in Job.objects.values_list("quota__name", "state")
+        .order_by("quota__name", "state")
+        .annotate(count=Count("id"))
+    ]
+    snapshot, _index = build_snapshot(now)
+    figures = quota_status_figures(snapshot)
+    quotas = [
+        (quota.name, float(quota.gpus), figures[quota.name])
+        for quota in Quota.objects.order_by("name").only("name", "gpus")
+        if quota.name in figures
+    ]
+    preemptions = list(
+        JobEvent.objects.filter(kind=JobEventKind.EVICTED)
+        .values_list("job__quota__name", "rule")
+        .order_by("job__quota__name", "rule")
+        .annotate(count=Count("id"))
+    )
+    cycle = _histogram(CycleRecord.objects.all(), F("duration_ms") / 1000.0, CYCLE_BUCKETS, seconds=False)
+    wait = ExpressionWrapper(F("at") - F("job__submitted_at"), output_field=DurationField())
+    admission = _histogram(JobEvent.objects.filter(kind=JobEventKind.ADMITTED), wait, WAIT_BUCKETS, seconds=True)
+    return MetricsFigures(
+        jobs_by_quota_state=jobs,
+        quotas=quotas,
+        preemptions=[(quota, rule or "unknown", count) for quota, rule, count in preemptions],
+        cycle_duration=cycle,
+        admission_wait=admission,
+    )
+
+
+def _histogram(queryset: QuerySet[Any], value: Any, bounds: Iterable[float], *, seconds: bool) -> HistogramFigures:
+    """Cumulative bucket counts and the sum of `value` over `queryset`, in one query. `seconds`:
+    `value` is a duration (compared with timedeltas, summed in microseconds by the database)."""
+
+    def limit(bound: float) -> Any:
+        return timedelta(seconds=bound) if seconds else bound
+
+    bounds = list(bounds)
+    annotated = queryset.annotate(observed=value)
+    figures = annotated.aggregate(
+        count=Count("pk"),
+        total=Sum("observed"),
+        **{f"le_{index}": Count("pk", filter=Q(observed__lte=limit(bound))) for index, bound in enumerate(bounds)},
+    )
+    total = figures["total"]
+    if isinstance(total, timedelta):
+        total = total.total_seconds()
+    return HistogramFigures(
+        buckets=[(bound, int(figures[f"le_{index}"])) for index, bound in enumerate(bounds)],
+        count=int(figures["count"]),
+        sum=float(total or 0.0),
+    )
+
+
 def allocated_gpus_total() -> float:
     return float(Job.objects.filter(state__in=HOLDING_STATES).aggregate(total=Sum("allocated_gpus"))["total"] or 0.0)
 
 
+class AllocationPoint(NamedTuple):
+    at: datetime
+    allocated: float
+    guaranteed: float
+    fair_share: float
+
+
+def allocation_history(*, quota_ids: Iterable[int], since: datetime) -> dict[int, list[AllocationPoint]]:
+    """Per quota, its samples since `since`, led by the last one before it (moved to `since`):
+    the figures hold from a sample to the next, so that one says where the window starts.
+
+    Two queries whatever the number of quotas; a quota with no sample at all is left out."""
+    ids = list(quota_ids)
+    history: dict[int, list[AllocationPoint]] = {quota_id: [] for quota_id in ids}
+    # One index seek on (quota, at) per quota, not a scan of the older samples.
+    before = (
+        AllocationSample.objects.filter(quota_id=OuterRef("pk"), at__lt=since).order_by("-at", "-id").values("pk")[:1]
+    )
+    leading = AllocationSample.objects.filter(
+        pk__in=Quota.objects.filter(pk__in=ids).annotate(last=Subquery(before)).values("last")
+    ).values_list("quota_id", "allocated", "guaranteed", "fair_share")
+    for quota_id, allocated, guaranteed, fair_share in leading:
+        history[quota_id].append(AllocationPoint(since, allocated, guaranteed, fair_share))
+    within = (
+        AllocationSample.objects.filter(quota_id__in=ids, at__gte=since)
+        .order_by("at", "id")
+        .values_list("quota_id", "at", "allocated", "guaranteed", "fair_share")
+    )
+    for quota_id, at, allocated, guaranteed, fair_share in within:
+        history[quota_id].append(AllocationPoint(at, allocated, guaranteed, fair_share))
+    return {quota_id: points for quota_id, points in history.items() if points}
+
+
 __all__ = [
+    "AllocationPoint",
     "JobSeen",
     "JobState",
     "SnapshotIndex",
     "allocated_gpus_total",
+    "allocation_history",
     "build_snapshot",
     "gpu_holders",
     "held_devices",
@@ -436,7 +658,10 @@ __all__ = [
     "job_key",
     "job_list",
     "last_cycle",
+    "live_job_rows",
+    "metrics_figures",
     "quota_status_figures",
+    "quota_status_summary",
     "scheduler_status",
     "user_gpus_in_use",
 ]

@@ -289,8 +289,7 @@ def _submit(actor: Actor, submissions: Sequence[JobSubmission], *, name_jobs: bo
             ]
         )
         triggers.request_cycle_on_commit("submit")
-        for job in jobs:
-            _publish_on_commit(job)
+        _publish_on_commit(*jobs)
     return jobs
 
 
@@ -426,9 +425,10 @@ def job_summary(job: Job) -> dict[str, Any]:
     return {field_name: getattr(job, field_name) for field_name in JOB_SUMMARY_FIELDS}
 
 
-def _publish_on_commit(job: Job) -> None:
-    event = events.job_event(job)
-    transaction.on_commit(lambda: events.publish(event))
+def _publish_on_commit(*jobs: Job) -> None:
+    # One batch: the live topics of a bulk submission are read back in one go (scheduling.live).
+    batch = [events.job_event(job) for job in jobs]
+    transaction.on_commit(lambda: events.publish_many(batch))
 
 
 def cancel_job(*, actor: Actor, job: Job, dry_run: bool = False) -> Job | DryRun:

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from django import forms
+from django.core.exceptions import ValidationError
 
 from workspaces.models import BasicRole, Workspace
 from workspaces.services import CapSpec, RuleSpec
@@ -103,3 +104,45 @@ def initial_rules(config: list[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         for rule in config
     ]
+
+
+# The service names a refused value by its path in the request (`rules[0].caps[1].priority_min`),
+# which suits the API; the page says it in words, numbered as the rows the person sees.
+REFUSAL_PATH = re.compile(r"^rules\[(?P<rule>\d+)\]\.(?P<field>\w+)(?:\[(?P<cap>\d+)\]\.(?P<cap_field>\w+))?$")
+FIELD_WORDS = {
+    "quota": "quota",
+    "roles": "roles",
+    "non_members": "non-workspace members",
+    "authorized_users": "authorized users",
+    "caps": "caps",
+    "priority_min": "lowest priority",
+    "priority_max": "highest priority",
+    "max_gpus_per_job": "GPUs per job",
+    "max_gpus_per_user": "GPUs per user",
+}
+
+
+def refusals_in_words(refused: ValidationError, rule_forms: list[RuleForm]) -> list[str]:
+    """Sentences for the top of the form, each error also put beside its field in its row.
+
+    `rule_forms` are the rows that became rules, in the order the service numbered them (empty
+    rows are dropped before saving, so rule 0 need not be the first row).
+    """
+    sentences: list[str] = []
+    for path, messages in refused.message_dict.items():
+        match = REFUSAL_PATH.match(path)
+        for message in messages:
+            if match is None or int(match["rule"]) >= len(rule_forms):
+                named = FIELD_WORDS.get(path, path.replace("_", " ")).capitalize()
+                sentences.append(message if path == "__all__" else f"{named}: {message}")
+                continue
+            form = rule_forms[int(match["rule"])]
+            row = int(form.prefix.rsplit("-", 1)[-1]) + 1 if form.prefix else 1
+            where = f"Rule {row}, {FIELD_WORDS.get(match['field'], match['field'])}"
+            if match["cap"] is not None:
+                cap_field = FIELD_WORDS.get(match["cap_field"], match["cap_field"])
+                where = f"Rule {row}, cap {int(match['cap']) + 1}, {cap_field}"
+            sentences.append(f"{where}: {message}")
+            if match["field"] in form.fields:
+                form.add_error(match["field"], message)
+    return sentences

@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from workspaces import selectors, services
-from workspaces.forms import RuleFormSet, initial_rules
+from workspaces.forms import RuleFormSet, initial_rules, refusals_in_words
 from workspaces.models import Workspace
 from workspaces.permissions import can, denial_reason, restrict, role_of
 
@@ -53,11 +53,12 @@ def workspace_scheduling(request: HttpRequest, pk: int) -> HttpResponse:
             raise PermissionDenied(denial_reason(request.user, "manage", workspace))
         formset = RuleFormSet(request.POST, form_kwargs={"workspace": workspace})
         if formset.is_valid():
-            rules = [rule for form in formset if (rule := form.as_rule()) is not None]
+            rule_forms = [form for form in formset if form.as_rule() is not None]
+            rules = [rule for form in rule_forms if (rule := form.as_rule()) is not None]
             try:
                 services.set_scheduling_config(actor=request.user, workspace=workspace, rules=rules)
             except ValidationError as refused:
-                errors = [f"{field}: {message}" for field, texts in refused.message_dict.items() for message in texts]
+                errors = refusals_in_words(refused, rule_forms)
             else:
                 messages.success(request, f"Saved {len(rules)} scheduling rules of {workspace.name}.")
                 return redirect("workspace-scheduling", pk=workspace.pk)

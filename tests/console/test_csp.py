@@ -14,6 +14,7 @@ from django.test import Client
 from playwright.sync_api import ConsoleMessage, Page, expect
 from pytest_django.live_server_helper import LiveServer
 
+from quotas.models import Quota
 from scheduling.models import Job
 from tests.scheduling.test_pages import build_pai, sign_in
 from workspaces.models import Workspace
@@ -138,6 +139,13 @@ def test_every_page_works_under_the_policy(
     page.get_by_role("link", name="Quota1", exact=True).click()
     page.get_by_role("navigation", name="Quota sections").get_by_role("link", name="Nodes").click()
     expect(page.get_by_test_id("quota-nodes")).to_be_visible()
+
+    # The charts: plotly.js draws them with no <style> element and no style="" (console/plotly_assets.py).
+    page.goto(f"{live_server.url}/quotas/?view=overview")
+    expect(page.locator("[data-chart][data-ready='true']")).to_have_count(2)
+    quota = Quota.objects.get(name="Quota1.1")
+    page.goto(f"{live_server.url}/quotas/{quota.pk}/?tab=monitoring")
+    expect(page.locator("[data-chart][data-ready='true']")).to_have_count(1)
 
     # The job list's state filter submits on change, from a script file (it was an onchange="").
     page.goto(f"{live_server.url}/jobs/")
