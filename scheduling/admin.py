@@ -15,7 +15,7 @@ from django.http import HttpRequest
 
 from console.admin import ReadOnlyAdmin, ReadOnlyInline
 from scheduling import services
-from scheduling.models import CycleRecord, Job, JobEvent, ReplicaPlacementRecord, SchedulerFence
+from scheduling.models import AllocationSample, CycleRecord, Job, JobEvent, ReplicaPlacementRecord, SchedulerFence
 
 
 class PlacementInline(ReadOnlyInline):
@@ -86,3 +86,13 @@ class CycleRecordAdmin(ReadOnlyAdmin):
 @admin.register(SchedulerFence)
 class SchedulerFenceAdmin(ReadOnlyAdmin):
     list_display = ["pk", "__str__"]
+
+
+@admin.register(AllocationSample)
+class AllocationSampleAdmin(ReadOnlyAdmin):
+    """The cycle writes these and prunes them (scheduling.history); the charts read them."""
+
+    list_display = ["at", "quota", "allocated", "guaranteed", "fair_share"]
+    list_select_related = ["quota"]
+    search_fields = ["quota__name"]
+    date_hierarchy = "at"
