@@ -42,7 +42,7 @@ def schedule(snapshot: Snapshot) -> CycleResult:
     return result(session)
 
 
-def replica_placements(session: Session, m: int, placements: Any) -> tuple[ReplicaPlacement, ...]:
+def replica_placements(session: Session, job: int, placements: Any) -> tuple[ReplicaPlacement, ...]:
     names = session.cluster.names
     out = []
     for node, devices, milli in placements:
@@ -59,14 +59,14 @@ def result(session: Session) -> CycleResult:
             decisions.append(entry)
             continue
         kind = entry[0]
-        m = entry[1]
+        job = entry[1]
         if kind == "admit" or kind == "move":
-            decisions.append(Admit(jobs[m].id, replica_placements(session, m, session.placements[m])))
+            decisions.append(Admit(jobs[job].id, replica_placements(session, job, session.placements[job])))
         elif kind == "shrink":
-            removed = replica_placements(session, m, entry[2])
-            decisions.append(Shrink(jobs[m].id, removed, SHRINK, entry[4], entry[3]))
-    for m in sorted(session.grown):
-        if session.admitted_now[m]:
+            removed = replica_placements(session, job, entry[2])
+            decisions.append(Shrink(jobs[job].id, removed, SHRINK, entry[4], entry[3]))
+    for job in sorted(session.grown):
+        if session.admitted_now[job]:
             continue
-        decisions.append(Grow(jobs[m].id, replica_placements(session, m, session.grown[m])))
+        decisions.append(Grow(jobs[job].id, replica_placements(session, job, session.grown[job])))
     return CycleResult(decisions=tuple(decisions), quotas=quota_status(session), pending=pending_reasons(session))

@@ -34,74 +34,74 @@ def pending_reasons(session: Session) -> dict[str, PendingReason]:
     state = session.state
     # Allocation already sorted each quota's queue; only this cycle's victims join them.
     by_leaf: dict[int, list[int]] = {
-        lf: [m for m in queue if state[m] == PENDING] for lf, queue in session.queues.items()
+        leaf: [job for job in queue if state[job] == PENDING] for leaf, queue in session.queues.items()
     }
     rejoined: set[int] = set()
-    for m, (now_state, job, lf) in enumerate(zip(state, jobs, session.leaf, strict=True)):
+    for job, (now_state, spec, leaf) in enumerate(zip(state, jobs, session.job_leaf, strict=True)):
         if now_state != PENDING:
             continue
-        if job.state != PENDING:
-            by_leaf.setdefault(lf, []).append(m)
-            rejoined.add(lf)
-        elif lf < 0:
-            by_leaf.setdefault(lf, []).append(m)
-    for lf in rejoined:
-        by_leaf[lf].sort(key=lambda m: queue_key(jobs[m], m))
+        if spec.state != PENDING:
+            by_leaf.setdefault(leaf, []).append(job)
+            rejoined.add(leaf)
+        elif leaf < 0:
+            by_leaf.setdefault(leaf, []).append(job)
+    for leaf in rejoined:
+        by_leaf[leaf].sort(key=lambda job: queue_key(jobs[job], job))
     out: dict[str, PendingReason] = {}
     free = session.cluster.free_total
     largest = session.cluster.largest_block()
     reasons = session.reasons
     needs = session.needs
     messages = session.messages
-    leaf = session.leaf
-    replica = session.replica
+    job_leaf = session.job_leaf
+    replica = session.replica_milli
     for members in by_leaf.values():
-        for position, m in enumerate(members, start=1):
-            reason = reasons.get(m)
+        for position, job in enumerate(members, start=1):
+            reason = reasons.get(job)
             if reason is not None and reason[0] in _CAPACITY_CODES:
                 # the common case, a full pool: one sentence per quota and job shape
-                code = NO_FIT if needs[m] <= free else INSUFFICIENT_CAPACITY
-                key = (code, (), leaf[m], needs[m], replica[m])
+                code = NO_FIT if needs[job] <= free else INSUFFICIENT_CAPACITY
+                key = (code, (), job_leaf[job], needs[job], replica[job])
                 message = messages.get(key)
                 if message is None:
-                    message = messages[key] = sentence(session, m, code, (), free, largest)
-                out[jobs[m].id] = PendingReason(code, message, position)
+                    message = messages[key] = sentence(session, job, code, (), free, largest)
+                out[jobs[job].id] = PendingReason(code, message, position)
                 continue
-            code, args = final_reason(session, m, free)
-            out[jobs[m].id] = PendingReason(code, cached_sentence(session, m, code, args, free, largest), position)
+            code, args = final_reason(session, job, free)
+            out[jobs[job].id] = PendingReason(code, cached_sentence(session, job, code, args, free, largest), position)
     return out
 
 
-def final_reason(session: Session, m: int, free: int) -> tuple[str, tuple[Any, ...]]:
-    reason = session.reasons.get(m)
+def final_reason(session: Session, job: int, free: int) -> tuple[str, tuple[Any, ...]]:
+    reason = session.reasons.get(job)
     if reason is None:
-        reason = session.static_refusal(m) or (
-            (WAITING_FOR_EVICTION, ()) if session.promised[m] else (INSUFFICIENT_CAPACITY, ())
+        reason = session.static_refusal(job) or (
+            (WAITING_FOR_EVICTION, ()) if session.promised[job] else (INSUFFICIENT_CAPACITY, ())
         )
     code = reason[0]
     if code in _CAPACITY_CODES:
-        return ((NO_FIT if session.needs[m] <= free else INSUFFICIENT_CAPACITY), ())
+        return ((NO_FIT if session.needs[job] <= free else INSUFFICIENT_CAPACITY), ())
     return reason
 
 
-def cached_sentence(session: Session, m: int, code: str, args: tuple[Any, ...], free: int, largest: int) -> str:
+def cached_sentence(session: Session, job: int, code: str, args: tuple[Any, ...], free: int, largest: int) -> str:
     """Jobs of one quota with the same shape and refusal share one sentence."""
     if code in (QUEUE_BLOCKED, WAITING_FOR_EVICTION, UNKNOWN_QUOTA):
-        return sentence(session, m, code, args, free, largest)
-    key = (code, args, session.leaf[m], session.needs[m], session.replica[m])
+        return sentence(session, job, code, args, free, largest)
+    key = (code, args, session.job_leaf[job], session.needs[job], session.replica_milli[job])
     message = session.messages.get(key)
     if message is None:
-        message = session.messages[key] = sentence(session, m, code, args, free, largest)
+        message = session.messages[key] = sentence(session, job, code, args, free, largest)
     return message
 
 
-def sentence(session: Session, m: int, code: str, args: tuple[Any, ...], free: int, largest: int) -> str:
-    job = session.jobs[m]
-    replica = session.replica[m]
-    need = session.needs[m]
-    count = session.count[m]
+def sentence(session: Session, job: int, code: str, args: tuple[Any, ...], free: int, largest: int) -> str:
+    spec = session.jobs[job]
+    replica = session.replica_milli[job]
+    need = session.needs[job]
+    count = session.admit_count[job]
     if code == UNKNOWN_QUOTA:
-        return f"quota {job.quota} does not exist"
+        return f"quota {spec.quota} does not exist"
     if code == EXCEEDS_CLUSTER:
         scope, asked, has = args
         if scope == "node":
@@ -119,9 +119,9 @@ def sentence(session: Session, m: int, code: str, args: tuple[Any, ...], free: i
     if code == QUEUE_BLOCKED and len(args) == 2:
         return f"waits while {args[0]}, which it was evicted for, starts"
     if code == QUEUE_BLOCKED:
-        return f"{job.quota} is a fifo queue: waits behind {args[0]}, which does not fit yet"
+        return f"{spec.quota} is a fifo queue: waits behind {args[0]}, which does not fit yet"
     if code == WAITING_FOR_EVICTION:
-        victims = [session.jobs[v].id for v in session.waiting_for.get(m, [])]
+        victims = [session.jobs[v].id for v in session.waiting_for.get(job, [])]
         if victims:
             return (
                 f"waiting for {len(victims)} evicted job(s) ({', '.join(sorted(victims))}) to "
@@ -132,7 +132,7 @@ def sentence(session: Session, m: int, code: str, args: tuple[Any, ...], free: i
                 f"waiting for {args[0]} evicted job(s) to release their GPUs; {gpu_count(args[1])} are promised to it"
             )
         return f"waiting for evicted jobs to release their GPUs; needs {gpu_count(need)}"
-    lf = session.leaf[m]
+    leaf = session.job_leaf[job]
     shape = (
         f"{count:,} replicas of {gpu_count(replica)}, each on one node"
         if count > 1
@@ -145,9 +145,9 @@ def sentence(session: Session, m: int, code: str, args: tuple[Any, ...], free: i
             return f"needs {shape}; the most free on one device is {gpus(best)}"
     elif code == NO_FIT:
         return f"needs {shape}; largest free block is {largest}"
-    allocated = session.alloc[lf]
-    share = session.share[lf]
-    name = session.tree.names[lf]
+    allocated = session.allocated[leaf]
+    share = session.fair_share[leaf]
+    name = session.tree.names[leaf]
     if allocated + need > share:
         context = (
             f"{name} would go above its fair share ({gpus(allocated)} + {gpus(need)} > "

@@ -2,7 +2,7 @@
 
 The snapshot is never mutated. The session keeps its own working arrays, one entry per job
 (struct of arrays: a cycle walks tens of thousands of jobs, and lists indexed by the job's
-position cost a fraction of objects), one entry per quota-tree node (`alloc`, `share`), and a
+position cost a fraction of objects), one entry per quota-tree node (`allocated`, `fair_share`), and a
 journal (KAI-Scheduler's Statement): every change made through the primitives below is recorded
 as its inverse, so that a victim search can try evictions and placements and roll them back.
 
@@ -60,25 +60,30 @@ class Session:
         self.journal = Journal()
         jobs = snapshot.jobs
         self.jobs = jobs
-        owners = {job.quota for job in jobs}
+        owners = {spec.quota for spec in jobs}
         tree = QuotaTree(snapshot.quotas, owners)
         self.tree = tree
         cluster = Cluster(snapshot.nodes, self.journal)
         self.cluster = cluster
         node_index = cluster.index
 
+        # Per job (index `job`, its position in snapshot.jobs): its leaf, the milli-GPUs of one
+        # replica, the replicas it is admitted with (min_replicas for an elastic job) and their
+        # total, its state and placements as this cycle has changed them.
         n = len(jobs)
         leaf_of = tree.leaf_of
-        self.leaf = [leaf_of.get(job.quota, -1) for job in jobs]
+        self.job_leaf = [leaf_of.get(spec.quota, -1) for spec in jobs]
         # one conversion per distinct GPU figure, not one call per job
-        milli_of = {g: job_replica_milli(Job("", "", g)) for g in {job.gpus for job in jobs}}
-        self.replica = [milli_of[job.gpus] for job in jobs]
-        self.count = [
-            job.min_replicas if job.min_replicas is not None and 0 < job.min_replicas < job.replicas else job.replicas
-            for job in jobs
+        milli_of = {g: job_replica_milli(Job("", "", g)) for g in {spec.gpus for spec in jobs}}
+        self.replica_milli = [milli_of[spec.gpus] for spec in jobs]
+        self.admit_count = [
+            spec.min_replicas
+            if spec.min_replicas is not None and 0 < spec.min_replicas < spec.replicas
+            else spec.replicas
+            for spec in jobs
         ]
-        self.needs = [c * r for c, r in zip(self.count, self.replica, strict=True)]
-        self.state = [job.state for job in jobs]
+        self.needs = [c * r for c, r in zip(self.admit_count, self.replica_milli, strict=True)]
+        self.state = [spec.state for spec in jobs]
         self.placements: list[tuple[Placement, ...]] = [()] * n
         self.held: list[tuple[Placement, ...]] = [()] * n  # releasing: what it still holds
         self.touched = [False] * n  # evicted, shrunk, moved or admitted this cycle
@@ -87,74 +92,76 @@ class Session:
         self.grown: dict[int, list[Placement]] = {}
         self.decisions: list[Any] = []
         self.reasons: dict[int, tuple[str, tuple[Any, ...]]] = {}
-        self.index_of = {job.id: i for i, job in enumerate(jobs)}
+        self.index_of = {spec.id: job for job, spec in enumerate(jobs)}
 
         leaf_request = [0] * len(tree)
         alloc = [0] * len(tree)
         waiting_for: dict[int, list[int]] = {}
         releasing_without_beneficiary: list[int] = []
-        replica = self.replica
-        leaf = self.leaf
-        for i, job in enumerate(jobs):
-            lf = leaf[i]
-            if lf >= 0:
-                leaf_request[lf] += replica[i] * job.replicas
-            if job.state == PENDING:
+        replica = self.replica_milli
+        job_leaf = self.job_leaf
+        for job, spec in enumerate(jobs):
+            leaf = job_leaf[job]
+            if leaf >= 0:
+                leaf_request[leaf] += replica[job] * spec.replicas
+            if spec.state == PENDING:
                 continue
             placed = []
-            for rp in job.placements:
+            for rp in spec.placements:
                 node = node_index.get(rp.node)
                 if node is None:
                     continue
-                milli = replica[i] if replica[i] < MILLI else MILLI
+                milli = replica[job] if replica[job] < MILLI else MILLI
                 pl: Placement = (node, tuple(rp.devices), milli)
                 placed.append(pl)
-                cluster.occupy_initial(pl, job.cpu, job.memory_gib)
-            if job.state == RELEASING:
-                self.held[i] = tuple(placed)
-                target = self.index_of.get(job.beneficiary or "", -1)
+                cluster.occupy_initial(pl, spec.cpu, spec.memory_gib)
+            if spec.state == RELEASING:
+                self.held[job] = tuple(placed)
+                target = self.index_of.get(spec.beneficiary or "", -1)
                 if target >= 0 and jobs[target].state == PENDING:
-                    waiting_for.setdefault(target, []).append(i)
+                    waiting_for.setdefault(target, []).append(job)
                 else:
-                    releasing_without_beneficiary.append(i)
+                    releasing_without_beneficiary.append(job)
                 continue
-            self.placements[i] = tuple(placed)
-            if lf >= 0:
-                alloc[lf] += replica[i] * len(placed)
+            self.placements[job] = tuple(placed)
+            if leaf >= 0:
+                alloc[leaf] += replica[job] * len(placed)
         cluster.build_index()
         # A releasing job's GPUs are promised to its beneficiary: they count for the
         # beneficiary's quota, so nobody evicts more for it or counts them twice.
-        for i in releasing_without_beneficiary:
-            if leaf[i] >= 0:
-                alloc[leaf[i]] += replica[i] * len(self.held[i])
+        for job in releasing_without_beneficiary:
+            if job_leaf[job] >= 0:
+                alloc[job_leaf[job]] += replica[job] * len(self.held[job])
         self.waiting_for = waiting_for
         # A pending job evicted for a job that is still pending (its victims have released) waits
         # while that job starts: the promise outlives the release, so the freed GPUs go to the
         # beneficiary first and the victim is not evicted for it again (no ping-pong).
         self.evicted_for: dict[int, int] = {}
-        for i, job in enumerate(jobs):
-            if job.state == PENDING and job.beneficiary is not None:
-                target = self.index_of.get(job.beneficiary, -1)
-                if target >= 0 and target != i and jobs[target].state == PENDING:
-                    self.evicted_for[i] = target
+        for job, spec in enumerate(jobs):
+            if spec.state == PENDING and spec.beneficiary is not None:
+                target = self.index_of.get(spec.beneficiary, -1)
+                if target >= 0 and target != job and jobs[target].state == PENDING:
+                    self.evicted_for[job] = target
         self.owed = sorted(set(self.evicted_for.values()))
         for target in waiting_for:
             self.promised[target] = True
-            if leaf[target] >= 0:
-                alloc[leaf[target]] += self.needs[target]
-        self.alloc = subtree_requests(tree, alloc)
-        # Counts changes to `alloc`; a failed victim search puts it back with the state.
-        self.alloc_generation = 0
+            if job_leaf[target] >= 0:
+                alloc[job_leaf[target]] += self.needs[target]
+        # Per tree node: milli-GPUs held in its subtree (`allocated`), asked (`request`), its
+        # fair share (SCHEDULING.md §1) and one past its last descendant (`end`: a subtree is a slice).
+        self.allocated = subtree_requests(tree, alloc)
+        # Counts changes to `allocated`; a failed victim search puts it back with the state.
+        self.allocated_generation = 0
         self.request = subtree_requests(tree, leaf_request)
         self.capacity = cluster_capacity(snapshot)
-        self.share = divide(tree, self.request, self.capacity, fractional_nodes(tree, jobs))
+        self.fair_share = divide(tree, self.request, self.capacity, fractional_nodes(tree, jobs))
         self.end = subtree_ends(tree)
         # The guarantee room of a waiting non-preemptible beneficiary is promised to it too: in
         # its chain, nobody else goes above the guarantee while its victims release.
         self.guard = [NO_LIMIT] * len(tree)
         for target in waiting_for:
-            if not jobs[target].preemptible and leaf[target] >= 0:
-                for node in tree.chain[leaf[target]]:
+            if not jobs[target].preemptible and job_leaf[target] >= 0:
+                for node in tree.chain[job_leaf[target]]:
                     self.guard[node] = tree.admit_guaranteed[node]
         guard = self.guard
         self.limited = [any(tree.limit[c] != NO_LIMIT or guard[c] != NO_LIMIT for c in chain) for chain in tree.chain]
@@ -188,10 +195,10 @@ class Session:
         journal = self.journal
         mark = journal.checkpoint()
         for v in victims:
-            job = self.jobs[v]
+            spec = self.jobs[v]
             for pl in self.held[v]:
-                cluster.adjust(pl, +1, job.cpu, job.memory_gib)
-        placed = self.place_gang(target, self.count[target])
+                cluster.adjust(pl, +1, spec.cpu, spec.memory_gib)
+        placed = self.place_gang(target, self.admit_count[target])
         journal.rollback(mark)
         if placed is None:
             return
@@ -206,151 +213,151 @@ class Session:
             cluster.adjust(pl, -1, 0.0, 0.0)
         self.reserved[target] = keep
 
-    def place_promised(self, i: int) -> list[Placement] | None:
+    def place_promised(self, job: int) -> list[Placement] | None:
         """A beneficiary of releasing victims may use what is kept for it, and any free GPUs."""
         journal = self.journal
         mark = journal.checkpoint()
-        for pl in self.reserved.get(i, ()):
+        for pl in self.reserved.get(job, ()):
             self.cluster.adjust(pl, +1, 0.0, 0.0)
-        placed = self.place_gang(i, self.count[i])
+        placed = self.place_gang(job, self.admit_count[job])
         if placed is None:
             journal.rollback(mark)
         return placed
 
-    def protected(self, i: int) -> bool:
+    def protected(self, job: int) -> bool:
         """Too young to be a victim (min_runtime_seconds of its quota, inherited)."""
-        job = self.jobs[i]
-        minimum = self.tree.min_runtime[self.leaf[i]] if self.leaf[i] >= 0 else 0.0
+        spec = self.jobs[job]
+        minimum = self.tree.min_runtime[self.job_leaf[job]] if self.job_leaf[job] >= 0 else 0.0
         if minimum <= 0:
             return False
-        started = job.started_at if job.started_at is not None else self.now
-        if self.admitted_now[i]:
+        started = spec.started_at if spec.started_at is not None else self.now
+        if self.admitted_now[job]:
             started = self.now
         return self.now - started < minimum
 
-    def add_allocated(self, lf: int, amount: int) -> None:
-        alloc = self.alloc
-        for node in self.tree.chain[lf]:
+    def add_allocated(self, leaf: int, amount: int) -> None:
+        alloc = self.allocated
+        for node in self.tree.chain[leaf]:
             alloc[node] += amount
-        self.alloc_generation += 1
-        self.journal.record(self._undo_allocated, lf, amount)
+        self.allocated_generation += 1
+        self.journal.record(self._undo_allocated, leaf, amount)
 
-    def _undo_allocated(self, lf: int, amount: int) -> None:
-        alloc = self.alloc
-        for node in self.tree.chain[lf]:
+    def _undo_allocated(self, leaf: int, amount: int) -> None:
+        alloc = self.allocated
+        for node in self.tree.chain[leaf]:
             alloc[node] -= amount
-        self.alloc_generation += 1
+        self.allocated_generation += 1
 
-    def set_journaled(self, array: list[Any], i: int, value: Any) -> None:
-        self.journal.record(array.__setitem__, i, array[i])
-        array[i] = value
+    def set_journaled(self, array: list[Any], job: int, value: Any) -> None:
+        self.journal.record(array.__setitem__, job, array[job])
+        array[job] = value
 
     def decide(self, decision: Any) -> None:
         self.decisions.append(decision)
         self.journal.record(self.decisions.pop)
 
-    def place_gang(self, i: int, count: int) -> list[Placement] | None:
+    def place_gang(self, job: int, count: int) -> list[Placement] | None:
         """All `count` replicas or none (gang)."""
         cluster = self.cluster
-        replica = self.replica[i]
+        replica = self.replica_milli[job]
         total = replica * count
         if cluster.free_total < total:
             return None
-        job = self.jobs[i]
+        spec = self.jobs[job]
         mark = self.journal.checkpoint()
         placed: list[Placement] = []
         for _ in range(count):
-            pl = cluster.place_replica(replica, job.cpu, job.memory_gib, self.spread)
+            pl = cluster.place_replica(replica, spec.cpu, spec.memory_gib, self.spread)
             if pl is None:
                 self.journal.rollback(mark)
                 return None
             placed.append(pl)
         return placed
 
-    def static_refusal(self, i: int) -> tuple[str, tuple[Any, ...]] | None:
+    def static_refusal(self, job: int) -> tuple[str, tuple[Any, ...]] | None:
         """Refusals that no placement cures: unknown quota, too big, limit, guarantee."""
-        job = self.jobs[i]
-        lf = self.leaf[i]
-        if lf < 0:
-            return (UNKNOWN_QUOTA, (job.quota,))
-        replica = self.replica[i]
-        need = self.needs[i]
+        spec = self.jobs[job]
+        leaf = self.job_leaf[job]
+        if leaf < 0:
+            return (UNKNOWN_QUOTA, (spec.quota,))
+        replica = self.replica_milli[job]
+        need = self.needs[job]
         cluster = self.cluster
         if replica >= MILLI and replica // MILLI > cluster.max_gpus:
             return (EXCEEDS_CLUSTER, ("node", replica, cluster.max_gpus * MILLI))
         if need > self.capacity:
             return (EXCEEDS_CLUSTER, ("pool", need, self.capacity))
-        if self.promised[i] or (job.preemptible and not self.limited[lf]):
+        if self.promised[job] or (spec.preemptible and not self.limited[leaf]):
             return None
         tree = self.tree
-        alloc = self.alloc
-        for node in tree.chain[lf]:
+        alloc = self.allocated
+        for node in tree.chain[leaf]:
             limit = tree.limit[node]
             if limit != NO_LIMIT and alloc[node] + need > limit:
                 return (QUOTA_LIMIT, (tree.quota_name[node], alloc[node], need, limit))
-        if not job.preemptible:
-            for node in tree.chain[lf]:
+        if not spec.preemptible:
+            for node in tree.chain[leaf]:
                 g = tree.admit_guaranteed[node]
                 if alloc[node] + need > g:
                     return (GUARANTEED_ONLY, (tree.names[node], alloc[node], need, g))
         guard = self.guard
-        for node in tree.chain[lf]:
+        for node in tree.chain[leaf]:
             if alloc[node] + need > guard[node]:
                 return SHORT  # that room is promised to a beneficiary whose victims release
         return None
 
-    def admit(self, i: int, placed: list[Placement]) -> None:
-        if not self.promised[i]:
-            self.add_allocated(self.leaf[i], self.replica[i] * len(placed))
+    def admit(self, job: int, placed: list[Placement]) -> None:
+        if not self.promised[job]:
+            self.add_allocated(self.job_leaf[job], self.replica_milli[job] * len(placed))
         else:
-            self.set_journaled(self.promised, i, False)
-            extra = self.replica[i] * len(placed) - self.needs[i]
+            self.set_journaled(self.promised, job, False)
+            extra = self.replica_milli[job] * len(placed) - self.needs[job]
             if extra:
-                self.add_allocated(self.leaf[i], extra)
-        self.set_journaled(self.state, i, RUNNING)
-        self.set_journaled(self.placements, i, tuple(placed))
-        self.set_journaled(self.admitted_now, i, True)
-        self.set_journaled(self.touched, i, True)
-        self.decide(("admit", i))
+                self.add_allocated(self.job_leaf[job], extra)
+        self.set_journaled(self.state, job, RUNNING)
+        self.set_journaled(self.placements, job, tuple(placed))
+        self.set_journaled(self.admitted_now, job, True)
+        self.set_journaled(self.touched, job, True)
+        self.decide(("admit", job))
 
-    def eligible_victim(self, m: int) -> bool:
-        return self.state[m] == RUNNING and not self.touched[m] and not self.protected(m)
+    def eligible_victim(self, victim: int) -> bool:
+        return self.state[victim] == RUNNING and not self.touched[victim] and not self.protected(victim)
 
     def take_victim(self, unit: Unit) -> None:
-        m, replica_placement = unit
-        job = self.jobs[m]
+        victim, replica_placement = unit
+        spec = self.jobs[victim]
         if replica_placement is None:
-            for pl in self.placements[m]:
-                self.cluster.adjust(pl, +1, job.cpu, job.memory_gib)
-            self.add_allocated(self.leaf[m], -self.replica[m] * len(self.placements[m]))
-            self.set_journaled(self.state, m, PENDING)
-            self.set_journaled(self.touched, m, True)
+            for pl in self.placements[victim]:
+                self.cluster.adjust(pl, +1, spec.cpu, spec.memory_gib)
+            self.add_allocated(self.job_leaf[victim], -self.replica_milli[victim] * len(self.placements[victim]))
+            self.set_journaled(self.state, victim, PENDING)
+            self.set_journaled(self.touched, victim, True)
         else:
-            self.cluster.adjust(replica_placement, +1, job.cpu, job.memory_gib)
-            self.add_allocated(self.leaf[m], -self.replica[m])
-            self.set_journaled(self.placements, m, self.placements[m][:-1])
+            self.cluster.adjust(replica_placement, +1, spec.cpu, spec.memory_gib)
+            self.add_allocated(self.job_leaf[victim], -self.replica_milli[victim])
+            self.set_journaled(self.placements, victim, self.placements[victim][:-1])
 
     def give_back_victim(self, unit: Unit, placements: tuple[Placement, ...]) -> None:
-        m, replica_placement = unit
-        job = self.jobs[m]
+        victim, replica_placement = unit
+        spec = self.jobs[victim]
         if replica_placement is None:
             for pl in placements:
-                self.cluster.adjust(pl, -1, job.cpu, job.memory_gib)
-            self.add_allocated(self.leaf[m], self.replica[m] * len(placements))
-            self.set_journaled(self.state, m, RUNNING)
-            self.set_journaled(self.touched, m, False)
+                self.cluster.adjust(pl, -1, spec.cpu, spec.memory_gib)
+            self.add_allocated(self.job_leaf[victim], self.replica_milli[victim] * len(placements))
+            self.set_journaled(self.state, victim, RUNNING)
+            self.set_journaled(self.touched, victim, False)
         else:
-            self.cluster.adjust(replica_placement, -1, job.cpu, job.memory_gib)
-            self.add_allocated(self.leaf[m], self.replica[m])
-            self.set_journaled(self.placements, m, self.placements[m] + (replica_placement,))
+            self.cluster.adjust(replica_placement, -1, spec.cpu, spec.memory_gib)
+            self.add_allocated(self.job_leaf[victim], self.replica_milli[victim])
+            self.set_journaled(self.placements, victim, self.placements[victim] + (replica_placement,))
 
 
 def subtree_ends(tree: QuotaTree) -> list[int]:
     """Index one past the last descendant; the tree's index order is a preorder walk."""
     size = len(tree)
     end = list(range(1, size + 1))
-    for i in range(size - 1, -1, -1):
-        p = tree.parent[i]
-        if p >= 0 and end[i] > end[p]:
-            end[p] = end[i]
+    for node in range(size - 1, -1, -1):
+        parent = tree.parent[node]
+        if parent >= 0 and end[node] > end[parent]:
+            end[parent] = end[node]
     return end

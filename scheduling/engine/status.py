@@ -16,25 +16,25 @@ def quota_status(session: Session) -> dict[str, QuotaStatus]:
     held = [0] * size
     running = [0] * size
     pending = [0] * size
-    replica = session.replica
-    for m, lf in enumerate(session.leaf):
-        if lf < 0:
+    replica = session.replica_milli
+    for job, leaf in enumerate(session.job_leaf):
+        if leaf < 0:
             continue
-        state = session.state[m]
+        state = session.state[job]
         if state == RUNNING:
-            held[lf] += replica[m] * len(session.placements[m])
-            running[lf] += 1
+            held[leaf] += replica[job] * len(session.placements[job])
+            running[leaf] += 1
         elif state == RELEASING:
-            held[lf] += replica[m] * len(session.held[m])
-            running[lf] += 1
+            held[leaf] += replica[job] * len(session.held[job])
+            running[leaf] += 1
         else:
-            pending[lf] += 1
+            pending[leaf] += 1
     own = list(held)
     held = subtree_requests(tree, held)
     running = subtree_requests(tree, running)
     pending = subtree_requests(tree, pending)
     statuses: dict[str, QuotaStatus] = {}
-    share = session.share
+    share = session.fair_share
     for name, node in tree.index.items():
         own_leaf = tree.leaf_of.get(name, node)
         statuses[name] = QuotaStatus(

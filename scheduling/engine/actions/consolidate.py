@@ -20,62 +20,62 @@ def consolidate(session: Session) -> None:
     attempts = 0
     failed_sizes: list[tuple[int, int]] = []
     by_node: dict[int, list[int]] | None = None
-    for i in session.tried:
+    for job in session.tried:
         if attempts >= bounds.MAX_CONSOLIDATIONS or cluster.free_total == 0:
             break
-        if session.state[i] != PENDING or session.reasons.get(i, ("",))[0] != INSUFFICIENT_CAPACITY:
+        if session.state[job] != PENDING or session.reasons.get(job, ("",))[0] != INSUFFICIENT_CAPACITY:
             continue
-        count = session.count[i]
-        if cluster.free_total < session.replica[i] * count:
+        count = session.admit_count[job]
+        if cluster.free_total < session.replica_milli[job] * count:
             continue
-        if session.static_refusal(i) is not None:
+        if session.static_refusal(job) is not None:
             continue
-        if any(r <= session.replica[i] and c <= count for r, c in failed_sizes):
+        if any(r <= session.replica_milli[job] and c <= count for r, c in failed_sizes):
             continue
         attempts += 1
         if by_node is None:
             by_node = movers_by_node(session)
-        if consolidate_for(session, i, count, by_node):
-            session.reasons.pop(i, None)
+        if consolidate_for(session, job, count, by_node):
+            session.reasons.pop(job, None)
         else:
-            failed_sizes.append((session.replica[i], count))
+            failed_sizes.append((session.replica_milli[job], count))
 
 
-def movable(session: Session, m: int) -> bool:
-    job = session.jobs[m]
+def movable(session: Session, mover: int) -> bool:
+    spec = session.jobs[mover]
     return (
-        session.state[m] == RUNNING
-        and job.preemptible
-        and not session.touched[m]
-        and bool(session.placements[m])
-        and not session.protected(m)
+        session.state[mover] == RUNNING
+        and spec.preemptible
+        and not session.touched[mover]
+        and bool(session.placements[mover])
+        and not session.protected(mover)
     )
 
 
 def movers_by_node(session: Session) -> dict[int, list[int]]:
     by_node: dict[int, list[int]] = {}
-    for m, pls in enumerate(session.placements):
-        if pls and movable(session, m):
+    for mover, pls in enumerate(session.placements):
+        if pls and movable(session, mover):
             for pl in pls:
-                by_node.setdefault(pl[0], []).append(m)
+                by_node.setdefault(pl[0], []).append(mover)
     return by_node
 
 
-def consolidate_for(session: Session, i: int, count: int, by_node: dict[int, list[int]]) -> bool:
-    if count == 1 and session.replica[i] >= MILLI and free_one_node(session, i, by_node):
+def consolidate_for(session: Session, job: int, count: int, by_node: dict[int, list[int]]) -> bool:
+    if count == 1 and session.replica_milli[job] >= MILLI and free_one_node(session, job, by_node):
         return True
-    return move_anywhere(session, i, count, by_node)
+    return move_anywhere(session, job, count, by_node)
 
 
-def mover_order(session: Session, m: int, own_leaf: int) -> tuple[int, int, tuple[int, float, float, int]]:
+def mover_order(session: Session, mover: int, own_leaf: int) -> tuple[int, int, tuple[int, float, float, int]]:
     return (
-        session.replica[m] * len(session.placements[m]),
-        0 if session.leaf[m] == own_leaf else 1,
-        victim_key(session.jobs[m], m),
+        session.replica_milli[mover] * len(session.placements[mover]),
+        0 if session.job_leaf[mover] == own_leaf else 1,
+        victim_key(session.jobs[mover], mover),
     )
 
 
-def free_one_node(session: Session, i: int, by_node: dict[int, list[int]]) -> bool:
+def free_one_node(session: Session, job: int, by_node: dict[int, list[int]]) -> bool:
     """Free one node for a single whole-GPU replica: move its smallest jobs elsewhere.
 
     Nodes closest to holding the replica are tried first (at most MAX_TARGET_NODES); on each,
@@ -83,14 +83,14 @@ def free_one_node(session: Session, i: int, by_node: dict[int, list[int]]) -> bo
     one of them must be placed again at once.
     """
     cluster = session.cluster
-    devices_needed = session.replica[i] // MILLI
-    own_leaf = session.leaf[i]
+    devices_needed = session.replica_milli[job] // MILLI
+    own_leaf = session.job_leaf[job]
     whole = cluster.whole
     # A node's cost: the GPUs of its smallest movable jobs that must leave for the replica to
     # fit. Each mover needs a free block elsewhere, so bigger jobs than the largest block stay.
     block = cluster.largest_block() * MILLI
-    room = cluster.free_total - session.replica[i]
-    replica = session.replica
+    room = cluster.free_total - session.replica_milli[job]
+    replica = session.replica_milli
     touched = session.touched
     state = session.state
     ranked: list[tuple[int, int, int]] = []
@@ -102,9 +102,9 @@ def free_one_node(session: Session, i: int, by_node: dict[int, list[int]]) -> bo
             ranked.append((0, -whole[node], node))
             continue
         sizes = sorted(
-            replica[m] // MILLI
-            for m in members
-            if replica[m] >= MILLI and replica[m] <= block and not touched[m] and state[m] == RUNNING
+            replica[mover] // MILLI
+            for mover in members
+            if replica[mover] >= MILLI and replica[mover] <= block and not touched[mover] and state[mover] == RUNNING
         )
         cost = 0
         for size in sizes:
@@ -122,36 +122,37 @@ def free_one_node(session: Session, i: int, by_node: dict[int, list[int]]) -> bo
         if tried >= bounds.MAX_TARGET_NODES:
             break
         candidates = sorted(
-            (m for m in set(by_node[node]) if movable(session, m)), key=lambda m: mover_order(session, m, own_leaf)
+            (mover for mover in set(by_node[node]) if movable(session, mover)),
+            key=lambda mover: mover_order(session, mover, own_leaf),
         )
         if not candidates:
             continue
         tried += 1
         mark = journal.checkpoint()
         movers: list[int] = []
-        for m in candidates:
+        for mover in candidates:
             if whole[node] >= devices_needed or len(movers) >= bounds.MAX_MOVERS:
                 break
-            movers.append(m)
-            job = session.jobs[m]
-            for pl in session.placements[m]:
-                cluster.adjust(pl, +1, job.cpu, job.memory_gib)
-        if whole[node] < devices_needed or place_with_movers(session, i, 1, movers) is None:
+            movers.append(mover)
+            spec = session.jobs[mover]
+            for pl in session.placements[mover]:
+                cluster.adjust(pl, +1, spec.cpu, spec.memory_gib)
+        if whole[node] < devices_needed or place_with_movers(session, job, 1, movers) is None:
             journal.rollback(mark)
             continue
         return True
     return False
 
 
-def place_with_movers(session: Session, i: int, count: int, movers: list[int]) -> list[Placement] | None:
+def place_with_movers(session: Session, job: int, count: int, movers: list[int]) -> list[Placement] | None:
     """Place the beneficiary, then every mover again, and commit; None (nothing kept) if not."""
     journal = session.journal
     inner = journal.checkpoint()
-    placed = session.place_gang(i, count)
+    placed = session.place_gang(job, count)
     if placed is None:
         return None
     moved: list[tuple[int, list[Placement]]] = []
-    for mover in sorted(movers, key=lambda x: (-session.replica[x] * len(session.placements[x]), x)):
+    for mover in sorted(movers, key=lambda x: (-session.replica_milli[x] * len(session.placements[x]), x)):
         new = session.place_gang(mover, len(session.placements[mover]))
         if new is None:
             journal.rollback(inner)
@@ -162,9 +163,9 @@ def place_with_movers(session: Session, i: int, count: int, movers: list[int]) -
     if ordered is None:
         journal.rollback(inner)
         return None
-    beneficiary = session.jobs[i].id
+    beneficiary = session.jobs[job].id
     reason = (
-        f"moved so that {beneficiary} can start: the {gpu_count(session.needs[i])} it needs are free "
+        f"moved so that {beneficiary} can start: the {gpu_count(session.needs[job])} it needs are free "
         "but fragmented across nodes"
     )
     for mover, new in ordered:
@@ -172,7 +173,7 @@ def place_with_movers(session: Session, i: int, count: int, movers: list[int]) -
         session.decide(Evict(session.jobs[mover].id, CONSOLIDATION, beneficiary, reason))
         session.set_journaled(session.placements, mover, tuple(new))
         session.decide(("move", mover))
-    session.admit(i, placed)
+    session.admit(job, placed)
     return placed
 
 
@@ -213,9 +214,9 @@ def ordered_moves(
     return ordered
 
 
-def move_anywhere(session: Session, i: int, count: int, by_node: dict[int, list[int]]) -> bool:
+def move_anywhere(session: Session, job: int, count: int, by_node: dict[int, list[int]]) -> bool:
     cluster = session.cluster
-    own_leaf = session.leaf[i]
+    own_leaf = session.job_leaf[job]
     # Jobs on the nodes closest to holding a replica first; small jobs, the beneficiary's
     # own quota, low priority and recent starts move before others.
     candidates: list[tuple[tuple[int, int, int, tuple[int, float, float, int]], int]] = []
@@ -224,24 +225,24 @@ def move_anywhere(session: Session, i: int, count: int, by_node: dict[int, list[
     for node in nodes:
         if len(candidates) >= 4 * bounds.MAX_MOVERS:
             break
-        for m in by_node[node]:
-            if m in seen or not movable(session, m):
+        for mover in by_node[node]:
+            if mover in seen or not movable(session, mover):
                 continue
-            seen.add(m)
-            key = (-cluster.whole[node], *mover_order(session, m, own_leaf))
-            candidates.append((key, m))
+            seen.add(mover)
+            key = (-cluster.whole[node], *mover_order(session, mover, own_leaf))
+            candidates.append((key, mover))
     candidates.sort()
     journal = session.journal
     mark = journal.checkpoint()
     movers: list[int] = []
-    for _, m in candidates[: 4 * bounds.MAX_MOVERS]:
+    for _, mover in candidates[: 4 * bounds.MAX_MOVERS]:
         if len(movers) >= bounds.MAX_MOVERS:
             break
-        movers.append(m)
-        job = session.jobs[m]
-        for pl in session.placements[m]:
-            cluster.adjust(pl, +1, job.cpu, job.memory_gib)
-        if place_with_movers(session, i, count, movers) is not None:
+        movers.append(mover)
+        spec = session.jobs[mover]
+        for pl in session.placements[mover]:
+            cluster.adjust(pl, +1, spec.cpu, spec.memory_gib)
+        if place_with_movers(session, job, count, movers) is not None:
             return True
     journal.rollback(mark)
     return False

@@ -24,17 +24,17 @@ def drain(session: Session) -> None:
     draining = {index for index, node in enumerate(session.snapshot.nodes) if node.draining}
     if not draining:
         return
-    for i, job in enumerate(session.jobs):
-        if session.state[i] != RUNNING:
+    for job, spec in enumerate(session.jobs):
+        if session.state[job] != RUNNING:
             continue
-        on = sorted({cluster.names[node] for node, _devices, _milli in session.placements[i] if node in draining})
+        on = sorted({cluster.names[node] for node, _devices, _milli in session.placements[job] if node in draining})
         if not on:
             continue
         where = ", ".join(on)
-        grace = f" after its grace period of {job.grace_seconds:g} s" if job.grace_seconds > 0 else ""
+        grace = f" after its grace period of {spec.grace_seconds:g} s" if spec.grace_seconds > 0 else ""
         reason = f"node {where} is draining: the job is evicted{grace} and goes back to the queue to run elsewhere"
-        session.decide(Evict(job.id, DRAIN, None, reason))
-        session.state[i] = RELEASING
-        session.held[i] = session.placements[i]
-        session.placements[i] = ()
-        session.touched[i] = True
+        session.decide(Evict(spec.id, DRAIN, None, reason))
+        session.state[job] = RELEASING
+        session.held[job] = session.placements[job]
+        session.placements[job] = ()
+        session.touched[job] = True

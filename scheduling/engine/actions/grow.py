@@ -22,36 +22,51 @@ def grow(session: Session) -> None:
     tree = session.tree
     # No growth in a branch where a beneficiary waits for releasing victims: the quota room
     # (a guarantee, for a non-preemptible beneficiary) is promised to it as well.
-    waiting_branch = {node for i, p in enumerate(session.promised) if p for node in tree.chain[session.leaf[i]]}
+    waiting_branch = {node for job, p in enumerate(session.promised) if p for node in tree.chain[session.job_leaf[job]]}
     heap: list[tuple[tuple[float, int, float, int], int]] = []
-    for m, job in enumerate(session.jobs):
+    for job, spec in enumerate(session.jobs):
         if (
-            session.state[m] == RUNNING
-            and session.leaf[m] not in waiting_branch
-            and job.min_replicas is not None
-            and len(session.placements[m]) < job.replicas
-            and session.leaf[m] >= 0
-            and (not session.touched[m] or session.admitted_now[m])
+            session.state[job] == RUNNING
+            and session.job_leaf[job] not in waiting_branch
+            and spec.min_replicas is not None
+            and len(session.placements[job]) < spec.replicas
+            and session.job_leaf[job] >= 0
+            and (not session.touched[job] or session.admitted_now[job])
         ):
-            lf = session.leaf[m]
-            heap.append(((saturation(session.alloc[lf], session.share[lf]), -job.priority, job.submitted_at, m), m))
+            leaf = session.job_leaf[job]
+            heap.append(
+                (
+                    (
+                        saturation(session.allocated[leaf], session.fair_share[leaf]),
+                        -spec.priority,
+                        spec.submitted_at,
+                        job,
+                    ),
+                    job,
+                )
+            )
     heapq.heapify(heap)
     while heap and cluster.free_total > 0:
-        _, m = heapq.heappop(heap)
-        job = session.jobs[m]
-        lf = session.leaf[m]
-        replica = session.replica[m]
-        chain = tree.chain[lf]
-        if any(session.alloc[c] + replica > tree.limit[c] for c in chain):
+        _, job = heapq.heappop(heap)
+        spec = session.jobs[job]
+        leaf = session.job_leaf[job]
+        replica = session.replica_milli[job]
+        chain = tree.chain[leaf]
+        if any(session.allocated[c] + replica > tree.limit[c] for c in chain):
             continue
-        if not job.preemptible and any(session.alloc[c] + replica > tree.admit_guaranteed[c] for c in chain):
+        if not spec.preemptible and any(session.allocated[c] + replica > tree.admit_guaranteed[c] for c in chain):
             continue
-        pl = cluster.place_replica(replica, job.cpu, job.memory_gib, session.spread)
+        pl = cluster.place_replica(replica, spec.cpu, spec.memory_gib, session.spread)
         if pl is None:
             continue
-        session.add_allocated(lf, replica)
-        session.placements[m] = session.placements[m] + (pl,)
-        session.grown.setdefault(m, []).append(pl)
-        if len(session.placements[m]) < job.replicas:
-            key = (saturation(session.alloc[lf], session.share[lf]), -job.priority, job.submitted_at, m)
-            heapq.heappush(heap, (key, m))
+        session.add_allocated(leaf, replica)
+        session.placements[job] = session.placements[job] + (pl,)
+        session.grown.setdefault(job, []).append(pl)
+        if len(session.placements[job]) < spec.replicas:
+            key = (
+                saturation(session.allocated[leaf], session.fair_share[leaf]),
+                -spec.priority,
+                spec.submitted_at,
+                job,
+            )
+            heapq.heappush(heap, (key, job))

@@ -43,26 +43,26 @@ def reclaim_and_preempt(session: Session) -> None:
     session.candidates_by_leaf = {}
     # Jobs placed or moved earlier in this cycle (touched) and jobs within their min runtime
     # stay out for the whole cycle: leaving them in made every search walk past them.
-    for m, job in enumerate(session.jobs):
+    for victim, spec in enumerate(session.jobs):
         if (
-            session.state[m] == RUNNING
-            and job.preemptible
-            and session.leaf[m] >= 0
-            and not session.touched[m]
-            and not session.protected(m)
+            session.state[victim] == RUNNING
+            and spec.preemptible
+            and session.job_leaf[victim] >= 0
+            and not session.touched[victim]
+            and not session.protected(victim)
         ):
-            session.candidates_by_leaf.setdefault(session.leaf[m], []).append(m)
+            session.candidates_by_leaf.setdefault(session.job_leaf[victim], []).append(victim)
     for members in session.candidates_by_leaf.values():
-        members.sort(key=lambda m: victim_key(session.jobs[m], m))
+        members.sort(key=lambda victim: victim_key(session.jobs[victim], victim))
     session.candidate_leaves = sorted(session.candidates_by_leaf)
     session.elastic = [
-        m
-        for m, job in enumerate(session.jobs)
-        if session.state[m] == RUNNING
-        and job.preemptible
-        and job.min_replicas is not None
-        and len(session.placements[m]) > job.min_replicas
-        and session.leaf[m] >= 0
+        victim
+        for victim, spec in enumerate(session.jobs)
+        if session.state[victim] == RUNNING
+        and spec.preemptible
+        and spec.min_replicas is not None
+        and len(session.placements[victim]) > spec.min_replicas
+        and session.job_leaf[victim] >= 0
     ]
     if not session.candidates_by_leaf:
         return
@@ -72,62 +72,62 @@ def reclaim_and_preempt(session: Session) -> None:
     missed_candidates = 0
     failed: dict[int, list[tuple[int, int, int]]] = {}
     blocked_fifo: set[int] = set()
-    for i in session.tried:
+    for job in session.tried:
         if found >= bounds.MAX_VICTIM_SEARCHES or missed_candidates >= bounds.MAX_FAILED_CANDIDATES:
             break
-        if session.state[i] != PENDING or session.promised[i]:
+        if session.state[job] != PENDING or session.promised[job]:
             continue
-        code = session.reasons.get(i, ("",))[0]
+        code = session.reasons.get(job, ("",))[0]
         if code in _NO_SEARCH:
             continue
-        lf = session.leaf[i]
-        if tree.fifo[lf]:
-            if lf in blocked_fifo:
+        leaf = session.job_leaf[job]
+        if tree.fifo[leaf]:
+            if leaf in blocked_fifo:
                 continue
-            blocked_fifo.add(lf)
-        job = session.jobs[i]
-        signature = (job.priority, session.replica[i], session.count[i])
-        if any(p >= signature[0] and r <= signature[1] and c <= signature[2] for p, r, c in failed.get(lf, ())):
+            blocked_fifo.add(leaf)
+        spec = session.jobs[job]
+        signature = (spec.priority, session.replica_milli[job], session.admit_count[job])
+        if any(p >= signature[0] and r <= signature[1] and c <= signature[2] for p, r, c in failed.get(leaf, ())):
             continue
-        if not may_search(session, i):
+        if not may_search(session, job):
             continue
-        success, examined = search_victims(session, i)
+        success, examined = search_victims(session, job)
         if success:
             found += 1
-            if session.state[i] == RUNNING:
-                session.reasons.pop(i, None)
+            if session.state[job] == RUNNING:
+                session.reasons.pop(job, None)
         else:
             missed_candidates += max(1, examined)
-            failed.setdefault(lf, []).append(signature)
+            failed.setdefault(leaf, []).append(signature)
 
 
-def may_search(session: Session, i: int) -> bool:
-    job = session.jobs[i]
-    lf = session.leaf[i]
+def may_search(session: Session, job: int) -> bool:
+    spec = session.jobs[job]
+    leaf = session.job_leaf[job]
     tree = session.tree
-    need = session.needs[i]
-    if session.alloc[lf] + need <= max(session.share[lf], tree.admit_guaranteed[lf]):
+    need = session.needs[job]
+    if session.allocated[leaf] + need <= max(session.fair_share[leaf], tree.admit_guaranteed[leaf]):
         return True
-    own = session.candidates_by_leaf.get(lf, ())
-    if own and session.jobs[own[0]].priority < job.priority:
+    own = session.candidates_by_leaf.get(leaf, ())
+    if own and session.jobs[own[0]].priority < spec.priority:
         return True
-    quota = tree.index[job.quota]
-    if tree.is_self[lf] and tree.child_preemption[quota]:
+    quota = tree.index[spec.quota]
+    if tree.is_self[leaf] and tree.child_preemption[quota]:
         return True
     return tree.same_level[quota]
 
 
-def reclaim_region(session: Session, i: int) -> tuple[tuple[int, int], int]:
+def reclaim_region(session: Session, job: int) -> tuple[tuple[int, int], int]:
     """Where reclaim may take from, as a slice of `candidate_leaves` (job i's own leaf is in
-    it and skipped by `_stream`), and the highest chain index where Q is entitled."""
+    it and skipped by `victim_candidates`), and the highest chain index where Q is entitled."""
     tree = session.tree
-    lf = session.leaf[i]
-    chain = tree.chain[lf]
-    need = session.needs[i]
-    alloc = session.alloc
+    leaf = session.job_leaf[job]
+    chain = tree.chain[leaf]
+    need = session.needs[job]
+    alloc = session.allocated
     top = -1
     for level, node in enumerate(chain):
-        entitled = alloc[node] + need <= session.share[node]
+        entitled = alloc[node] + need <= session.fair_share[node]
         entitled = entitled or alloc[node] + need <= tree.admit_guaranteed[node]
         if not entitled:
             break
@@ -150,12 +150,12 @@ def leaves_by_excess(session: Session, region: tuple[int, int]) -> list[tuple[fl
     find nothing roll back to the same state, and a cycle may run hundreds of them over the
     same thousand leaves.
     """
-    if session.ranked_generation != session.alloc_generation:
+    if session.ranked_generation != session.allocated_generation:
         session.ranked.clear()
-        session.ranked_generation = session.alloc_generation
+        session.ranked_generation = session.allocated_generation
     heap = session.ranked.get(region)
     if heap is None:
-        alloc, share, created = session.alloc, session.share, session.tree.created
+        alloc, share, created = session.allocated, session.fair_share, session.tree.created
         start, stop = region
         heap = [(-(alloc[v] - share[v]), created[v], v) for v in session.candidate_leaves[start:stop]]
         heapq.heapify(heap)
@@ -175,72 +175,74 @@ def branches_below_lca(session: Session, qleaf: int, vleaf: int) -> tuple[int, i
     return len(qchain) - 1, previous
 
 
-def victim_rule(session: Session, i: int, m: int, amount: int, only: str | None = None) -> tuple[str, int, str] | None:
+def victim_rule(
+    session: Session, job: int, victim: int, amount: int, only: str | None = None
+) -> tuple[str, int, str] | None:
     """Which rule lets job i take `amount` GPUs of job m now: (rule, Q branch level, variant).
 
     `only` restricts the answer to the rule whose stream offered the victim, so that the
     order of preference between rules holds.
     """
     tree = session.tree
-    job = session.jobs[i]
-    victim = session.jobs[m]
-    qleaf = session.leaf[i]
-    vleaf = session.leaf[m]
-    alloc = session.alloc
-    share = session.share
-    need = session.needs[i]
+    spec = session.jobs[job]
+    victim_spec = session.jobs[victim]
+    qleaf = session.job_leaf[job]
+    vleaf = session.job_leaf[victim]
+    alloc = session.allocated
+    share = session.fair_share
+    need = session.needs[job]
     if vleaf == qleaf:
-        return in_quota_rule(session, i, m, only)
+        return in_quota_rule(session, job, victim, only)
     level, vbranch = branches_below_lca(session, qleaf, vleaf)
     qchain = tree.chain[qleaf]
     if only not in (None, RECLAIM):
-        return preemption_rule(session, i, m, amount, only)
+        return preemption_rule(session, job, victim, amount, only)
     lca = tree.parent[vbranch]
     if lca >= 0 and tree.child_preemption[lca] and (tree.is_self[vbranch] or tree.is_self[qchain[level]]):
         # Under child_preemption the parent's own jobs rank above its children: only the
         # child-level rule moves GPUs between them, never fair share or guarantees.
-        return preemption_rule(session, i, m, amount, only)
+        return preemption_rule(session, job, victim, amount, only)
     within_share = all(alloc[c] + need <= share[c] for c in qchain[: level + 1])
     # With same_level_preemption on the victim's side, priority beats fair share between
     # siblings: a lower-priority job may not take back what a same-level eviction won.
-    priority_shield = tree.same_level[vbranch] and victim.priority > job.priority
+    priority_shield = tree.same_level[vbranch] and victim_spec.priority > spec.priority
     if within_share and not priority_shield and alloc[vbranch] - amount >= share[vbranch]:
         return (RECLAIM, level, "fair_share")
     within_guarantee = all(alloc[c] + need <= tree.admit_guaranteed[c] for c in qchain[: level + 1])
     if within_guarantee and alloc[vbranch] > tree.admit_guaranteed[vbranch]:
         return (RECLAIM, level, "guarantee")
     if only is None:
-        return preemption_rule(session, i, m, amount, None)
+        return preemption_rule(session, job, victim, amount, None)
     return None
 
 
-def victim_candidates(session: Session, i: int, region: tuple[int, int]) -> Iterator[tuple[Unit, str | None]]:
+def victim_candidates(session: Session, job: int, region: tuple[int, int]) -> Iterator[tuple[Unit, str | None]]:
     """Victim units in order of preference: elastic replicas, then whole jobs by rule."""
-    qleaf = session.leaf[i]
+    qleaf = session.job_leaf[job]
     start, stop = region
     leaves = session.candidate_leaves
     lo, hi = (leaves[start], leaves[stop - 1]) if stop > start else (0, -1)
 
     def over(v: int) -> float:
-        return session.alloc[v] - session.share[v] if lo <= v <= hi and v != qleaf else 0
+        return session.allocated[v] - session.fair_share[v] if lo <= v <= hi and v != qleaf else 0
 
     shrinkable: list[tuple[tuple[Any, ...], int]] = []
-    for m in session.elastic:
-        if session.touched[m] or session.protected(m):
+    for victim in session.elastic:
+        if session.touched[victim] or session.protected(victim):
             continue
-        rule = victim_rule(session, i, m, session.replica[m])
+        rule = victim_rule(session, job, victim, session.replica_milli[victim])
         if rule is None:
             continue
-        vleaf = session.leaf[m]
-        key = (RULE_ORDER[rule[0]], -over(vleaf), victim_key(session.jobs[m], m))
-        shrinkable.append((key, m))
+        vleaf = session.job_leaf[victim]
+        key = (RULE_ORDER[rule[0]], -over(vleaf), victim_key(session.jobs[victim], victim))
+        shrinkable.append((key, victim))
     shrinkable.sort()
-    for _, m in shrinkable:
-        minimum = session.jobs[m].min_replicas or 0
-        while not session.touched[m] and len(session.placements[m]) > minimum:
-            before = len(session.placements[m])
-            yield (m, session.placements[m][-1]), None
-            if len(session.placements[m]) == before:
+    for _, victim in shrinkable:
+        minimum = session.jobs[victim].min_replicas or 0
+        while not session.touched[victim] and len(session.placements[victim]) > minimum:
+            before = len(session.placements[victim])
+            yield (victim, session.placements[victim][-1]), None
+            if len(session.placements[victim]) == before:
                 break
     # Reclaim: the quota furthest above its fair share first, re-ranked after each victim.
     cursor: dict[int, int] = {}
@@ -252,164 +254,166 @@ def victim_candidates(session: Session, i: int, region: tuple[int, int]) -> Iter
         members = session.candidates_by_leaf[v]
         position = cursor.get(v, 0)
         while position < len(members):
-            m = members[position]
+            victim = members[position]
             position += 1
-            if session.eligible_victim(m):
+            if session.eligible_victim(victim):
                 cursor[v] = position
-                yield (m, None), RECLAIM
+                yield (victim, None), RECLAIM
                 break
         cursor[v] = position
         if position < len(members):
-            heapq.heappush(heap, (-(session.alloc[v] - session.share[v]), created, v))
-    yield from preemption_candidates(session, i)
+            heapq.heappush(heap, (-(session.allocated[v] - session.fair_share[v]), created, v))
+    yield from preemption_candidates(session, job)
 
 
 def fits_with_victims(
-    session: Session, i: int, taken: list[tuple[Unit, tuple[str, int, str]]]
+    session: Session, job: int, taken: list[tuple[Unit, tuple[str, int, str]]]
 ) -> list[Placement] | None:
     """Beneficiary-side conditions on the current state, then a gang placement."""
     tree = session.tree
-    lf = session.leaf[i]
-    need = session.needs[i]
-    alloc = session.alloc
-    chain = tree.chain[lf]
+    leaf = session.job_leaf[job]
+    need = session.needs[job]
+    alloc = session.allocated
+    chain = tree.chain[leaf]
     guard = session.guard
     for node in chain:
         if alloc[node] + need > tree.limit[node] or alloc[node] + need > guard[node]:
             return None
-    if not session.jobs[i].preemptible:
+    if not session.jobs[job].preemptible:
         for node in chain:
             if alloc[node] + need > tree.admit_guaranteed[node]:
                 return None
     for _, (rule, level, variant) in taken:
         if rule == RECLAIM:
-            bound = session.share if variant == "fair_share" else tree.admit_guaranteed
+            bound = session.fair_share if variant == "fair_share" else tree.admit_guaranteed
             if any(alloc[c] + need > bound[c] for c in chain[: level + 1]):
                 return None
         elif rule == CHILD_PREEMPTION:
-            parent = tree.parent[lf]
+            parent = tree.parent[leaf]
             if alloc[parent] + need > tree.guaranteed[parent]:
                 return None
     if session.cluster.free_total < need:
         return None
-    return session.place_gang(i, session.count[i])
+    return session.place_gang(job, session.admit_count[job])
 
 
-def search_victims(session: Session, i: int) -> tuple[bool, int]:
+def search_victims(session: Session, job: int) -> tuple[bool, int]:
     """Whether victims were found (and committed) for job i, and how many candidates it examined."""
     journal = session.journal
     mark = journal.checkpoint()
-    generation = session.alloc_generation
-    region, _ = reclaim_region(session, i)
+    generation = session.allocated_generation
+    region, _ = reclaim_region(session, job)
     taken: list[tuple[Unit, tuple[str, int, str]]] = []
     examined = 0
     placed: list[Placement] | None = None
-    for unit, only in victim_candidates(session, i, region):
+    for unit, only in victim_candidates(session, job, region):
         examined += 1
         if examined > bounds.MAX_CANDIDATES_PER_SEARCH:
             break
-        m, replica_placement = unit
-        amount = session.replica[m] * (1 if replica_placement else len(session.placements[m]))
-        rule = victim_rule(session, i, m, amount, only)
+        victim, replica_placement = unit
+        amount = session.replica_milli[victim] * (1 if replica_placement else len(session.placements[victim]))
+        rule = victim_rule(session, job, victim, amount, only)
         if rule is None:
             continue
-        before = session.placements[m]
+        before = session.placements[victim]
         session.take_victim(unit)
         taken.append((unit, rule))
         del before
         inner = journal.checkpoint()
-        placed = fits_with_victims(session, i, taken)
+        placed = fits_with_victims(session, job, taken)
         if placed is not None:
             journal.rollback(inner)
             break
     if placed is None:
         journal.rollback(mark)
-        session.alloc_generation = generation  # the very state the search began from
+        session.allocated_generation = generation  # the very state the search began from
         return False, examined
     # Fewest GPUs: give back every victim the job can do without, latest taken first.
     kept: list[tuple[Unit, tuple[str, int, str]]] = []
     for position in range(len(taken) - 1, -1, -1):
         unit, rule = taken[position]
-        m, replica_placement = unit
+        victim, replica_placement = unit
         others = kept + taken[:position]
         restore = journal.checkpoint()
-        original = held_by_unit(session, m, unit)
+        original = held_by_unit(session, victim, unit)
         session.give_back_victim(unit, original)
         inner = journal.checkpoint()
-        if fits_with_victims(session, i, others) is not None:
+        if fits_with_victims(session, job, others) is not None:
             journal.rollback(inner)
             continue
         journal.rollback(restore)
         kept.append((unit, rule))
     kept.reverse()
-    placed = fits_with_victims(session, i, kept)
+    placed = fits_with_victims(session, job, kept)
     if placed is None:  # cannot happen: the full set fitted; keep the snapshot safe
         journal.rollback(mark)
         return False, examined
-    commit_victims(session, i, kept, placed)
+    commit_victims(session, job, kept, placed)
     return True, examined
 
 
-def held_by_unit(session: Session, m: int, unit: Unit) -> tuple[Placement, ...]:
+def held_by_unit(session: Session, victim: int, unit: Unit) -> tuple[Placement, ...]:
     if unit[1] is not None:
         return (unit[1],)
-    return session.placements[m]
+    return session.placements[victim]
 
 
 def commit_victims(
-    session: Session, i: int, kept: list[tuple[Unit, tuple[str, int, str]]], placed: list[Placement]
+    session: Session, job: int, kept: list[tuple[Unit, tuple[str, int, str]]], placed: list[Placement]
 ) -> None:
-    beneficiary = session.jobs[i]
+    beneficiary = session.jobs[job]
     shrunk: dict[int, list[Placement]] = {}
     shrink_rule: dict[int, str] = {}
     releasing = False
-    for (m, replica_placement), (rule, _, variant) in kept:
+    for (victim, replica_placement), (rule, _, variant) in kept:
         if replica_placement is not None:
-            shrunk.setdefault(m, []).append(replica_placement)
-            shrink_rule.setdefault(m, rule)
+            shrunk.setdefault(victim, []).append(replica_placement)
+            shrink_rule.setdefault(victim, rule)
             continue
-        victim = session.jobs[m]
-        reason = victim_reason(session, i, m, rule, variant)
-        session.decide(Evict(victim.id, rule, beneficiary.id, reason))
-        if victim.grace_seconds > 0:
+        victim_spec = session.jobs[victim]
+        reason = victim_reason(session, job, victim, rule, variant)
+        session.decide(Evict(victim_spec.id, rule, beneficiary.id, reason))
+        if victim_spec.grace_seconds > 0:
             releasing = True
-            session.set_journaled(session.state, m, RELEASING)
-            session.set_journaled(session.held, m, session.placements[m])
-    evicted_whole = {m for (m, rp), _ in kept if rp is None}
-    for m in sorted(shrunk):
-        if m in evicted_whole:
+            session.set_journaled(session.state, victim, RELEASING)
+            session.set_journaled(session.held, victim, session.placements[victim])
+    evicted_whole = {victim for (victim, rp), _ in kept if rp is None}
+    for victim in sorted(shrunk):
+        if victim in evicted_whole:
             continue  # the whole job goes; its shrunk replicas go with it
-        session.set_journaled(session.touched, m, True)
-        rule = shrink_rule[m]
-        reason = f"elastic replicas above min_replicas go first ({rule}): " + victim_reason(session, i, m, rule, "")
-        session.decide(("shrink", m, tuple(shrunk[m]), reason, beneficiary.id))
+        session.set_journaled(session.touched, victim, True)
+        rule = shrink_rule[victim]
+        reason = f"elastic replicas above min_replicas go first ({rule}): " + victim_reason(
+            session, job, victim, rule, ""
+        )
+        session.decide(("shrink", victim, tuple(shrunk[victim]), reason, beneficiary.id))
     if not releasing:
-        session.admit(i, placed)
+        session.admit(job, placed)
         return
     # Victims inside their grace period still hold the GPUs: the job waits for them, and
     # its placement stays reserved for the rest of this cycle.
-    session.add_allocated(session.leaf[i], session.needs[i])
-    session.set_journaled(session.promised, i, True)
-    session.set_journaled(session.touched, i, True)
-    count = sum(1 for (m, rp), _ in kept if rp is None and session.jobs[m].grace_seconds > 0)
-    session.reasons[i] = (WAITING_FOR_EVICTION, (count, session.needs[i]))
+    session.add_allocated(session.job_leaf[job], session.needs[job])
+    session.set_journaled(session.promised, job, True)
+    session.set_journaled(session.touched, job, True)
+    count = sum(1 for (victim, rp), _ in kept if rp is None and session.jobs[victim].grace_seconds > 0)
+    session.reasons[job] = (WAITING_FOR_EVICTION, (count, session.needs[job]))
 
 
-def victim_reason(session: Session, i: int, m: int, rule: str, variant: str) -> str:
+def victim_reason(session: Session, job: int, victim: int, rule: str, variant: str) -> str:
     tree = session.tree
-    job = session.jobs[i]
-    vleaf = session.leaf[m]
+    spec = session.jobs[job]
+    vleaf = session.job_leaf[victim]
     if rule == RECLAIM:
-        _level, vbranch = branches_below_lca(session, session.leaf[i], vleaf)
+        _level, vbranch = branches_below_lca(session, session.job_leaf[job], vleaf)
         name = tree.names[vbranch]
         if variant == "fair_share":
             return (
-                f"reclaimed for {job.id} of {job.quota}: {name} holds more than its fair share "
-                f"of {gpu_count(session.share[vbranch])} and keeps at least that; {job.quota} stays "
+                f"reclaimed for {spec.id} of {spec.quota}: {name} holds more than its fair share "
+                f"of {gpu_count(session.fair_share[vbranch])} and keeps at least that; {spec.quota} stays "
                 "within its own fair share"
             )
         return (
-            f"reclaimed by {job.quota} for {job.id}: {name} was above its guarantee of "
-            f"{gpu_count(tree.admit_guaranteed[vbranch])}; {job.quota} is within its guarantee"
+            f"reclaimed by {spec.quota} for {spec.id}: {name} was above its guarantee of "
+            f"{gpu_count(tree.admit_guaranteed[vbranch])}; {spec.quota} is within its guarantee"
         )
-    return preemption_reason(session, i, m, rule)
+    return preemption_reason(session, job, victim, rule)
