@@ -1,5 +1,5 @@
-"""Drain: evict every running job with a replica on a draining node (docs/scheduling.md, "Draining
-a node"; SCHEDULING.md is silent on drains, so this follows `kubectl drain`).
+"""Drain: evict every running job with a replica on a draining node (docs/scheduling.md, "Node
+states"). SCHEDULING.md is silent on drains; this follows `kubectl drain`.
 
 Runs first, before allocate, so that nothing is placed for or against a job that is leaving.
 """
