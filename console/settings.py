@@ -93,9 +93,7 @@ TEMPLATES = [
 ]
 
 DATABASE_POOL_SIZE: int = env.int("DATABASE_POOL_SIZE", default=10)
-DATABASES = {
-    "default": database_config(env.str("DATABASE_URL", default=""), VAR_DIR, pool_size=DATABASE_POOL_SIZE)
-}
+DATABASES = {"default": database_config(env.str("DATABASE_URL", default=""), VAR_DIR, pool_size=DATABASE_POOL_SIZE)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL: str = redis_url(env.str("REDIS_URL", default=""))
@@ -149,6 +147,12 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    # plotly/plotly.min.js from the pinned plotly package (no CDN, no copy in the repository).
+    "console.staticfinders.PlotlyFinder",
+]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
@@ -239,6 +243,11 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TIMEZONE = TIME_ZONE
 # The safety-net cycle interval; event triggers do the real work.
 SCHEDULER_BEAT_SECONDS: float = env.float("SCHEDULER_BEAT_SECONDS", default=5.0)
+# Allocation history (scheduling.history): a sample per quota whose figures a cycle changed,
+# kept this long and at most this many rows, pruned by the cycle at most once a minute.
+SCHEDULER_ALLOCATION_HISTORY_HOURS: float = env.float("SCHEDULER_ALLOCATION_HISTORY_HOURS", default=24.0)
+SCHEDULER_ALLOCATION_HISTORY_MAX_ROWS: int = env.int("SCHEDULER_ALLOCATION_HISTORY_MAX_ROWS", default=500_000)
+SCHEDULER_ALLOCATION_HISTORY_PRUNE_SECONDS: float = 60.0
 HEARTBEAT_SECONDS: float = env.float("HEARTBEAT_SECONDS", default=10.0)
 HEARTBEAT_MAX_AGE_SECONDS: float = 60.0
 

@@ -28,7 +28,7 @@ from django.db.models import F
 
 from quotas.bounds import readable
 from quotas.models import NodeState
-from scheduling import bulk, engine, events, triggers
+from scheduling import bulk, engine, events, history, triggers
 from scheduling.clock import get_clock
 from scheduling.engine import types as engine_types
 from scheduling.lifecycle import add_event, released_event, released_values
@@ -206,6 +206,7 @@ def _decide_and_commit(*, lease: CycleLease, trigger: str, now: datetime) -> Cyc
         with transaction.atomic():
             _advance_fence(token=lease.token, seen_generation=index.fence_generation, now=now)
             applied = _Commit(index=index, now=now).apply(result)
+            _record_allocations(result, index, now)
             duration_ms = (time.perf_counter() - started) * 1000
             record = CycleRecord.objects.create(
                 started_at=now,
@@ -249,6 +250,20 @@ def _decide_and_commit(*, lease: CycleLease, trigger: str, now: datetime) -> Cyc
             refused=refusal.why,
         )
     return outcome
+
+
+def _record_allocations(result: engine.CycleResult, index: SnapshotIndex, now: datetime) -> None:
+    """Allocation history of the quotas whose figures this cycle moved, in the same commit.
+
+    The figures are the engine's after its decisions (a decision the commit skipped, a rare
+    race, shows in the next cycle's sample)."""
+    figures = {
+        quota_id: history.AllocationFigures(status.allocated, status.guaranteed, status.fair_share)
+        for name, quota_id in index.quota_ids.items()
+        if (status := result.quotas.get(name)) is not None
+    }
+    history.record_changes(figures=figures, at=now)
+    history.prune_now_and_then(now=now)
 
 
 def ensure_fence() -> None:

@@ -44,12 +44,19 @@ def publish_many(batch: Sequence[dict[str, Any]]) -> bool:
         layer = get_channel_layer()
         if layer is None:
             return False
-        for event in batch:
-            async_to_sync(layer.group_send)(GROUP, {"type": MESSAGE_TYPE, "event": event})
         # The live pages' topics (scheduling.live): what changed, read back after commit.
-        live.send_topic_changes(batch)
+        changes = live.topic_changes(batch)
+        async_to_sync(_send)(layer, batch, changes)
     except Exception as error:  # noqa: BLE001 (whatever Redis or the broker raise, the write stands; beat catches up)
         # One line, not a traceback: during a Redis outage every change comes here.
         logger.warning("could not publish scheduler event %s: %s", batch[0].get("kind"), error)
         return False
     return True
+
+
+async def _send(layer: Any, batch: Sequence[dict[str, Any]], changes: Sequence[live.TopicChange]) -> None:
+    # One event loop per commit: async_to_sync per message costs a thread hop each, and the first
+    # S3 cycle (2,127 admissions, 11,003 topic changes) spent 152 s publishing that way.
+    for event in batch:
+        await layer.group_send(GROUP, {"type": MESSAGE_TYPE, "event": event})
+    await live.send_topic_changes(layer, changes)

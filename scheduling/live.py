@@ -20,9 +20,6 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
-
 from quotas import selectors as quota_selectors
 from quotas.models import Quota
 from scheduling import selectors
@@ -85,15 +82,10 @@ def topic_changes(batch: Sequence[Mapping[str, Any]]) -> list[TopicChange]:
     return changes
 
 
-def send_topic_changes(batch: Sequence[Mapping[str, Any]]) -> int:
-    """Send the events' topic changes to their groups; best effort (the caller logs a failure)."""
-    layer = get_channel_layer()
-    if layer is None:
-        return 0
-    changes = topic_changes(batch)
+async def send_topic_changes(layer: Any, changes: Sequence[TopicChange]) -> None:
+    """Send each change to its topic's group, all in the caller's one event loop."""
     for topic, change in changes:
-        async_to_sync(layer.group_send)(topic_group(topic), {"type": MESSAGE_TYPE, "topic": topic, "change": change})
-    return len(changes)
+        await layer.group_send(topic_group(topic), {"type": MESSAGE_TYPE, "topic": topic, "change": change})
 
 
 def _job_ids(event: Mapping[str, Any]) -> list[int]:

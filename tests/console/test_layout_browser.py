@@ -148,7 +148,7 @@ def test_badges_messages_and_links_reach_4_5_to_1_in_light_and_dark(
             assert ratios and min(ratios) >= 4.5, f"{selector} in {scheme}: {ratios}"
         check_accessibility(page)
         page.goto(f"{live_server.url}/workspaces/{workspace.pk}/scheduling/")
-        page.get_by_role("button", name="Save rules").click()
+        page.get_by_role("button", name="Save", exact=True).click()
         expect(page.locator(".message.success")).to_contain_text("Saved")
         ratios = page.evaluate(CONTRAST, ".message.success")
         assert min(ratios) >= 4.5, f"the success message in {scheme}: {ratios}"

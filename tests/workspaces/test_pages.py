@@ -134,17 +134,19 @@ def test_every_rule_control_has_a_label_tied_to_it(world: PermissionWorld) -> No
     body = _client(world, "workspace_admin").get(f"/workspaces/{world.own.pk}/scheduling/").content.decode()
     for field, words in (
         ("quota", "quota"),
-        ("non_members", "non-workspace members"),
+        ("roles", "usable roles"),
         ("authorized_users", "authorized users"),
         ("caps", "caps"),
     ):
         assert f'<label class="visually-hidden" for="id_form-0-{field}">Rule 1, {words}</label>' in body
-    assert '<legend class="visually-hidden">Rule 1, roles</legend>' in body
+    # PAI's multi-select: basic roles, custom roles and Non-Workspace Members in one control.
+    assert '<option value="__non_members__">Non-Workspace Members</option>' in body
+    assert '<optgroup label="Custom roles">' in body
 
 
 def test_a_developer_may_read_the_tab_but_not_save_it(world: PermissionWorld) -> None:
     client = _client(world, "developer")
-    assert 'type="submit">Save rules' not in client.get(f"/workspaces/{world.own.pk}/scheduling/").content.decode()
+    assert 'value="1">Save</button>' not in client.get(f"/workspaces/{world.own.pk}/scheduling/").content.decode()
     answer = client.post(f"/workspaces/{world.own.pk}/scheduling/", _rule_post("Quota1.1", ["developer"], ""))
     assert answer.status_code == 403
 
