@@ -20,16 +20,16 @@ PACKAGE = ROOT / "scheduling"
 # Lowest first. A module may import modules of its own layer or of a layer below it.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("engine", frozenset({"engine"})),
-    ("infrastructure", frozenset({"models", "migrations", "clock", "lock", "bulk", "beat"})),
+    ("infrastructure", frozenset({"models", "migrations", "clock", "lock", "bulk", "beat", "history"})),
     ("lifecycle", frozenset({"lifecycle"})),
-    ("reads", frozenset({"selectors"})),
+    ("reads", frozenset({"selectors", "estimates", "usage"})),
     ("publication", frozenset({"live", "events"})),
     ("cycle requests", frozenset({"triggers"})),
     ("executors", frozenset({"executors"})),
     ("cycle", frozenset({"cycle"})),
     ("writes", frozenset({"services"})),
     ("entry points", frozenset({"tasks", "providers", "simulate", "scenarios"})),
-    ("interfaces", frozenset({"api", "views", "urls", "admin", "apps", "management"})),
+    ("interfaces", frozenset({"api", "views", "forms", "templatetags", "urls", "admin", "apps", "management"})),
 )
 
 # (importer, imported): what removes the edge.
