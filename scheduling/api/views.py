@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 from quotas.api.permissions import IsPlatformAdmin
 from quotas.api.serializers import DryRunResultSerializer
 from quotas.models import Quota
-from scheduling import selectors, services
+from scheduling import selectors, services, triggers
 from scheduling.api.filters import JobFilter
 from scheduling.api.serializers import (
     CycleOutcomeSerializer,
@@ -27,6 +27,7 @@ from scheduling.api.serializers import (
     SchedulerStatusSerializer,
     SubmitPreviewSerializer,
 )
+from scheduling.executors import get_executor
 from scheduling.models import Job
 from workspaces.models import Workspace
 from workspaces.permissions import RestrictedViewSetMixin, restrict
@@ -149,4 +150,9 @@ class SchedulerStatusView(APIView):
 
     @extend_schema(responses={200: SchedulerStatusSerializer})
     def get(self, request: Request) -> Response:
-        return Response(selectors.scheduler_status(include_decisions=bool(request.user.is_superuser)))
+        status_now = selectors.scheduler_status(
+            include_decisions=bool(request.user.is_superuser),
+            executor=get_executor().name,
+            trigger_mode=triggers.trigger_mode(),
+        )
+        return Response(status_now)

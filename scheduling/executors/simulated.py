@@ -150,11 +150,10 @@ class SimulatedExecutor:
 
     def finish_due(self, now: datetime) -> int:
         """Jobs with a duration end by themselves once it has passed (all in one transaction)."""
-        from scheduling.services import JOB_SUMMARY_FIELDS
 
         # The condition (revision), the message (duration) and what the audit record keeps.
         candidates = Job.objects.filter(state=JobState.RUNNING, duration__isnull=False, started_at__isnull=False).only(
-            "id", "revision", "started_at", "duration", *JOB_SUMMARY_FIELDS
+            "id", "revision", "started_at", "duration", *lifecycle.JOB_SUMMARY_FIELDS
         )
         due = [
             job
@@ -168,7 +167,6 @@ class SimulatedExecutor:
     def finish_jobs(self, jobs: Sequence[Job]) -> int:
         """Finish (succeeded) the jobs as read, each only while still running at the revision read:
         what `finish_job` writes, for all of them at once. Returns how many finished."""
-        from scheduling.services import job_summary
 
         if not jobs:
             return 0
@@ -211,7 +209,7 @@ class SimulatedExecutor:
                 published = []
                 for job_id in finished:
                     job = by_id[job_id]
-                    before = job_summary(job)
+                    before = lifecycle.job_summary(job)
                     before["state"] = JobState.RUNNING
                     after = {**before, "state": JobState.SUCCEEDED}
                     records.append(
