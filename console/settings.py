@@ -90,6 +90,14 @@ TEMPLATES = [
             ],
         },
     },
+    # Second, for the row templates of thousand-row tables only (console/jinja.py says why);
+    # its own directory, so Django's engine never picks up one of these by name.
+    {
+        "BACKEND": "django.template.backends.jinja2.Jinja2",
+        "DIRS": [BASE_DIR / "jinja2"],
+        "APP_DIRS": False,
+        "OPTIONS": {"environment": "console.jinja.environment"},
+    },
 ]
 
 DATABASE_POOL_SIZE: int = env.int("DATABASE_POOL_SIZE", default=10)
