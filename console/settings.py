@@ -227,6 +227,11 @@ CELERY_TIMEZONE = TIME_ZONE
 # The safety-net cycle interval; event triggers do the real work.
 SCHEDULER_BEAT_SECONDS: float = env.float("SCHEDULER_BEAT_SECONDS", default=5.0)
 HEARTBEAT_SECONDS: float = env.float("HEARTBEAT_SECONDS", default=10.0)
+# The node agent (AGENT.md): how often agents beat, and when a silent node is lost. A node with no
+# beat for NODE_LOST_SECONDS goes not ready; NODE_LOST_GRACE_SECONDS later its jobs are requeued.
+AGENT_HEARTBEAT_SECONDS: float = env.float("AGENT_HEARTBEAT_SECONDS", default=2.0)
+NODE_LOST_SECONDS: float = env.float("NODE_LOST_SECONDS", default=30.0)
+NODE_LOST_GRACE_SECONDS: float = env.float("NODE_LOST_GRACE_SECONDS", default=30.0)
 HEARTBEAT_MAX_AGE_SECONDS: float = 60.0
 
 # Production hardening: only when DEBUG is off, so `check --deploy` is clean there.
