@@ -347,3 +347,16 @@ def test_a_silent_node_goes_not_ready_then_its_jobs_are_requeued_and_a_returning
     answer = _beat(client, node, [_running(start)])
     assert [s["replica"] for s in answer["stops"]] == [start["replica"]]
     assert Node.objects.get(name=node).state == NodeState.READY
+
+
+def test_the_nodes_api_sets_the_executor_and_shows_state_and_last_heartbeat(
+    cluster: Cluster, admin_client_api: APIClient, member: AbstractUser, client_for: Any
+) -> None:
+    node = cluster.nodes["gpu-1"]
+    changed = admin_client_api.patch(f"/api/v1/nodes/{node.pk}/", {"executor": "agent"}, format="json")
+    assert changed.status_code == 200, changed.content
+    assert Node.objects.get(pk=node.pk).executor == NodeExecutor.AGENT
+    read = client_for(member).get(f"/api/v1/nodes/{node.pk}/").json()
+    assert (read["executor"], read["state"], read["last_heartbeat"]) == ("agent", "ready", None)
+    refused = admin_client_api.patch(f"/api/v1/nodes/{node.pk}/", {"executor": "kubernetes"}, format="json")
+    assert refused.status_code == 400 and "executor" in refused.json()
