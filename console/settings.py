@@ -232,6 +232,10 @@ HEARTBEAT_SECONDS: float = env.float("HEARTBEAT_SECONDS", default=10.0)
 AGENT_HEARTBEAT_SECONDS: float = env.float("AGENT_HEARTBEAT_SECONDS", default=2.0)
 NODE_LOST_SECONDS: float = env.float("NODE_LOST_SECONDS", default=30.0)
 NODE_LOST_GRACE_SECONDS: float = env.float("NODE_LOST_GRACE_SECONDS", default=30.0)
+# The embedded default may start one local agent (--fake-gpus) beside web, worker and beat, on an
+# agent node of its own, so that a newcomer sees real processes run (docs/agent.md).
+CONSOLE_LOCAL_AGENT: bool = env.bool("CONSOLE_LOCAL_AGENT", default=False)
+CONSOLE_LOCAL_AGENT_GPUS: int = env.int("CONSOLE_LOCAL_AGENT_GPUS", default=2)
 HEARTBEAT_MAX_AGE_SECONDS: float = 60.0
 
 # Production hardening: only when DEBUG is off, so `check --deploy` is clean there.

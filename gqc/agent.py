@@ -457,6 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = build_parser().parse_args(argv)
     logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"), format="%(asctime)s agent %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per beat drowns what matters
     token = arguments.token_file.read_text().strip()
     state_dir = arguments.state_dir or Path.home() / ".local" / "state" / "gqc-agent" / arguments.node
     gpus: Gpus = FakeGpus(arguments.fake_gpus, arguments.node) if arguments.fake_gpus is not None else NvmlGpus()

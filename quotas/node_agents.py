@@ -191,3 +191,20 @@ def mark_lost(*, node_ids: Sequence[int], now: datetime, silent_seconds: float) 
             ]
         )
     return lost
+
+
+def prepare_local_agent(*, name: str, gpus: int) -> str:
+    """The embedded default's local agent (CONSOLE_LOCAL_AGENT): its node, an agent node with
+    `gpus` devices, created when missing (or switched to the agent executor), and a fresh token
+    for the agent the launcher starts. Returns the token; the launcher keeps it in a 0600 file."""
+    from quotas.services import create_node, update_node
+
+    with transaction.atomic():
+        node = Node.objects.filter(name=name).first()
+        if node is None:
+            created = create_node(actor=None, name=name, gpus=gpus, executor="agent", gpu_model="")
+            assert isinstance(created, Node)
+            node = created
+        elif node.executor != "agent":
+            node = update_node(actor=None, node=node, executor="agent")
+        return issue_node_token(actor=None, node=node)

@@ -1195,6 +1195,7 @@ def create_node(
     labels: dict[str, Any] | None = ...,
     state: str = ...,
     pool: ResourcePool | None = ...,
+    executor: str = ...,
     dry_run: Literal[False] = ...,
 ) -> Node: ...
 @overload
@@ -1209,6 +1210,7 @@ def create_node(
     labels: dict[str, Any] | None = ...,
     state: str = ...,
     pool: ResourcePool | None = ...,
+    executor: str = ...,
     dry_run: Literal[True],
 ) -> DryRunResult: ...
 @overload
@@ -1223,6 +1225,7 @@ def create_node(
     labels: dict[str, Any] | None = ...,
     state: str = ...,
     pool: ResourcePool | None = ...,
+    executor: str = ...,
     dry_run: bool,
 ) -> Node | DryRunResult: ...
 def create_node(

@@ -360,3 +360,17 @@ def test_the_nodes_api_sets_the_executor_and_shows_state_and_last_heartbeat(
     assert (read["executor"], read["state"], read["last_heartbeat"]) == ("agent", "ready", None)
     refused = admin_client_api.patch(f"/api/v1/nodes/{node.pk}/", {"executor": "kubernetes"}, format="json")
     assert refused.status_code == 400 and "executor" in refused.json()
+
+
+def test_the_embedded_defaults_local_agent_gets_an_agent_node_and_a_fresh_token(db: None) -> None:
+    from console.launcher import _local_agent_command
+    from quotas.node_agents import prepare_local_agent
+
+    first = prepare_local_agent(name="local", gpus=2)
+    node = Node.objects.get(name="local")
+    assert (node.executor, node.gpus, node.devices.count()) == (NodeExecutor.AGENT, 2, 2)
+    second = prepare_local_agent(name="local", gpus=2)  # every start: a new token, the old one revoked
+    assert _node_client(first).post(HEARTBEAT, {"node": "local", "processes": []}, format="json").status_code == 401
+    assert _node_client(second).post(HEARTBEAT, {"node": "local", "processes": []}, format="json").status_code == 200
+    command = _local_agent_command(8123, "127.0.0.1", 2)
+    assert command[1:3] == ["-m", "gqc.agent"] and "--fake-gpus" in command and "http://127.0.0.1:8123" in command
