@@ -1,6 +1,12 @@
 """Real agents (`python -m gqc.agent --fake-gpus`) as subprocesses against a live console: real
 processes, signals, exit codes, logs, restarts and lost nodes. Heartbeats are short here (0.3 s)
-so that each test stays within a few seconds."""
+so that each test stays within a few seconds.
+
+On SQLite the test database is in memory with a shared cache, where a reader that meets another
+connection's write lock fails at once ("database table is locked") instead of waiting as the
+console's WAL file with its busy timeout does. The test thread's own reads and writes, and its
+log reads through the API, are therefore retried (`unlocked`); the console under test is not
+changed, and on PostgreSQL nothing is retried."""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 from django.contrib.auth.models import AbstractUser
+from django.db import OperationalError
 from django.utils import timezone
 from pytest_django.live_server_helper import LiveServer
 
@@ -48,7 +55,7 @@ class Agents:
     def start(self, node: str, *, gpus: int, issue: bool = True) -> subprocess.Popen[bytes]:
         token_file = self.tmp_path / f"{node}.token"
         if issue:
-            token_file.write_text(issue_node_token(actor=None, node=Node.objects.get(name=node)))
+            token_file.write_text(unlocked(lambda: issue_node_token(actor=None, node=Node.objects.get(name=node))))
         process = subprocess.Popen(
             [
                 sys.executable,
@@ -98,10 +105,22 @@ def gone(pid: int) -> bool:
     return stat[stat.rindex(")") + 2 :].startswith("Z")
 
 
+def unlocked(action: Callable[[], Any]) -> Any:
+    """`action()`, again while the in-memory SQLite's shared cache says a table is locked."""
+    for _attempt in range(100):
+        try:
+            return action()
+        except OperationalError as error:
+            if "locked" not in str(error):
+                raise
+            time.sleep(0.05)
+    return action()
+
+
 def wait_for(condition: Callable[[], Any], *, seconds: float = 10.0, what: str = "") -> Any:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        value = condition()
+        value = unlocked(condition)
         if value:
             return value
         time.sleep(0.1)
@@ -125,14 +144,16 @@ def agent_nodes(*gpus: int, tree: tuple[tuple[str, str | None, float], ...] = ()
 
 
 def state(job: Job) -> str:
-    return Job.objects.get(pk=job.pk).state
+    return str(unlocked(lambda: Job.objects.get(pk=job.pk).state))
 
 
 def logs(live_server: LiveServer, user: AbstractUser, job: Job) -> list[str]:
-    answer = httpx.get(
-        f"{live_server.url}/api/v1/jobs/{job.pk}/logs/",
-        headers={"Authorization": f"Token {issue_token(user=user).key}"},
-    )
+    token = unlocked(lambda: issue_token(user=user).key)
+    for _attempt in range(50):
+        answer = httpx.get(f"{live_server.url}/api/v1/jobs/{job.pk}/logs/", headers={"Authorization": f"Token {token}"})
+        if answer.status_code != 500:  # 500: the shared cache's lock (module docstring)
+            break
+        time.sleep(0.05)
     assert answer.status_code == 200, answer.text
     lines: list[str] = answer.json()["lines"]
     return lines
@@ -141,14 +162,16 @@ def logs(live_server: LiveServer, user: AbstractUser, job: Job) -> list[str]:
 def test_each_replica_sees_only_its_own_devices(live: Agents, live_server: LiveServer, platform_admin: Any) -> None:
     cluster = agent_nodes(8)
     live.start("gpu-1", gpus=8)
-    job = cluster.submit(
-        "two", gpus=2, replicas=2, command='echo "rank=$GQC_REPLICA_RANK cuda=$CUDA_VISIBLE_DEVICES"; sleep 30'
+    job = unlocked(
+        lambda: cluster.submit(
+            "two", gpus=2, replicas=2, command='echo "rank=$GQC_REPLICA_RANK cuda=$CUDA_VISIBLE_DEVICES"; sleep 30'
+        )
     )
     wait_for(lambda: len(logs(live_server, platform_admin, job)) == 2, what="both replicas' output")
-    placed = sorted(tuple(p.devices) for p in Job.objects.get(pk=job.pk).placements.all())
+    placed = unlocked(lambda: sorted(tuple(p.devices) for p in Job.objects.get(pk=job.pk).placements.all()))
     seen = sorted(logs(live_server, platform_admin, job))
     assert seen == [f"rank={rank} cuda={','.join(map(str, devices))}" for rank, devices in enumerate(placed)]
-    assert JobEvent.objects.filter(job=job, kind=JobEventKind.STARTED).count() == 2
+    assert unlocked(lambda: JobEvent.objects.filter(job=job, kind=JobEventKind.STARTED).count()) == 2
 
 
 def test_an_eviction_sends_sigterm_honours_the_grace_then_kills(
@@ -156,19 +179,23 @@ def test_an_eviction_sends_sigterm_honours_the_grace_then_kills(
 ) -> None:
     cluster = agent_nodes(4, tree=(("Quota1", None, 4), ("team-a", "Quota1", 4), ("team-b", "Quota1", 0)))
     live.start("gpu-1", gpus=4)
-    polite = cluster.submit(
-        "polite",
-        "team-b",
-        gpus=2,
-        grace_seconds=2,
-        command='trap "echo got-term; exit 0" TERM; echo ready; while true; do sleep 0.1; done',
+    polite = unlocked(
+        lambda: cluster.submit(
+            "polite",
+            "team-b",
+            gpus=2,
+            grace_seconds=2,
+            command='trap "echo got-term; exit 0" TERM; echo ready; while true; do sleep 0.1; done',
+        )
     )
-    stubborn = cluster.submit(
-        "stubborn", "team-b", gpus=2, grace_seconds=2, command='trap "" TERM; echo ready; sleep 60; echo survived'
+    stubborn = unlocked(
+        lambda: cluster.submit(
+            "stubborn", "team-b", gpus=2, grace_seconds=2, command='trap "" TERM; echo ready; sleep 60; echo survived'
+        )
     )
     for job in (polite, stubborn):
         wait_for(lambda job=job: logs(live_server, platform_admin, job) == ["ready"], what=f"{job.name} ready")
-    high = cluster.submit("high", "team-a", gpus=4, command="echo high; sleep 30")
+    high = unlocked(lambda: cluster.submit("high", "team-a", gpus=4, command="echo high; sleep 30"))
     evicted_at = time.monotonic()
     assert state(polite) == state(stubborn) == JobState.RELEASING
     wait_for(lambda: state(polite) == JobState.PENDING or state(polite) == JobState.RUNNING, what="polite let go")
@@ -177,26 +204,26 @@ def test_an_eviction_sends_sigterm_honours_the_grace_then_kills(
     # The stubborn one held its devices through its whole grace, then SIGKILL ended it.
     assert time.monotonic() - evicted_at >= 2.0
     assert "survived" not in logs(live_server, platform_admin, stubborn)
-    assert Job.objects.get(pk=stubborn.pk).preemptions == 1
+    assert unlocked(lambda: Job.objects.get(pk=stubborn.pk).preemptions) == 1
     wait_for(lambda: logs(live_server, platform_admin, high) == ["high"], what="high running")
 
 
 def test_exit_codes_become_succeeded_and_failed(live: Agents, live_server: LiveServer) -> None:
     cluster = agent_nodes(8)
     live.start("gpu-1", gpus=8)
-    good = cluster.submit("good", command="echo fine; exit 0")
-    bad = cluster.submit("bad", command="echo broken >&2; exit 3")
+    good = unlocked(lambda: cluster.submit("good", command="echo fine; exit 0"))
+    bad = unlocked(lambda: cluster.submit("bad", command="echo broken >&2; exit 3"))
     wait_for(lambda: state(good) == JobState.SUCCEEDED and state(bad) == JobState.FAILED, what="both ended")
-    failed = JobEvent.objects.get(job=bad, kind=JobEventKind.FAILED)
+    failed = unlocked(lambda: JobEvent.objects.get(job=bad, kind=JobEventKind.FAILED))
     assert "exited with code 3" in failed.message and "broken" in failed.message
-    assert Job.objects.get(pk=good.pk).allocated_gpus == 0 == Job.objects.get(pk=bad.pk).allocated_gpus
+    assert unlocked(lambda: [Job.objects.get(pk=j.pk).allocated_gpus for j in (good, bad)]) == [0, 0]
 
 
 def test_a_killed_agent_restarted_adopts_its_processes_and_starts_none_twice(live: Agents, tmp_path: Path) -> None:
     cluster = agent_nodes(8)
     live.start("gpu-1", gpus=8)
     count = tmp_path / "starts"
-    job = cluster.submit("long", command=f"echo x >> {count}; sleep 60", grace_seconds=1)
+    job = unlocked(lambda: cluster.submit("long", command=f"echo x >> {count}; sleep 60", grace_seconds=1))
     wait_for(lambda: count.exists(), what="the job started")
     (pid,) = live.pids("gpu-1")
     live.stop("gpu-1", signal.SIGKILL)
@@ -205,9 +232,9 @@ def test_a_killed_agent_restarted_adopts_its_processes_and_starts_none_twice(liv
     assert count.read_text() == "x\n"
     assert live.pids("gpu-1") == [pid]
     assert state(job) == JobState.RUNNING
-    assert JobEvent.objects.filter(job=job, kind=JobEventKind.STARTED).count() == 1
+    assert unlocked(lambda: JobEvent.objects.filter(job=job, kind=JobEventKind.STARTED).count()) == 1
     # The adopted process is still the agent's to stop.
-    services.cancel_job(actor=None, job=job)
+    unlocked(lambda: services.cancel_job(actor=None, job=job))
     wait_for(lambda: not live.pids("gpu-1"), what="the adopted process stopped and forgotten")
     assert gone(pid)
 
@@ -216,9 +243,9 @@ def test_a_node_whose_agent_is_gone_goes_not_ready_and_its_jobs_run_elsewhere(li
     cluster = agent_nodes(4, 4, tree=(("Quota1", None, 8), ("team-a", "Quota1", 4), ("team-b", "Quota1", 4)))
     live.start("gpu-1", gpus=4)
     live.start("gpu-2", gpus=4)
-    job = cluster.submit("moving", gpus=4, command="sleep 60")
+    job = unlocked(lambda: cluster.submit("moving", gpus=4, command="sleep 60"))
     wait_for(lambda: JobEvent.objects.filter(job=job, kind=JobEventKind.STARTED).exists(), what="started")
-    first = Job.objects.get(pk=job.pk).placements.get().node.name
+    first = unlocked(lambda: Job.objects.get(pk=job.pk).placements.get().node.name)
     other = "gpu-2" if first == "gpu-1" else "gpu-1"
     live.stop(first)  # for good; its process stays behind, as on a host that lost its network
 
@@ -233,7 +260,8 @@ def test_a_node_whose_agent_is_gone_goes_not_ready_and_its_jobs_run_elsewhere(li
     wait_for(
         ticked(lambda: Job.objects.get(pk=job.pk).placements.filter(node__name=other).exists()), what="placed again"
     )
-    assert JobEvent.objects.filter(job=job, kind=JobEventKind.REQUEUED, message__contains="lost").exists()
+    requeued = JobEvent.objects.filter(job=job, kind=JobEventKind.REQUEUED, message__contains="lost")
+    assert unlocked(requeued.exists)
     wait_for(lambda: JobEvent.objects.filter(job=job, kind=JobEventKind.STARTED).count() == 2, what="runs elsewhere")
 
 
