@@ -245,11 +245,15 @@ def heartbeat(*, agent: NodeAgent, processes: Sequence[ProcessReport], now: date
         AgentProcess.objects.bulk_update(exited_rows, ["state", "exit_code", "exited_at"])
         JobEvent.objects.bulk_create(new_events)
         _append_logs(lines_by_job, truncated_jobs, now)
-        # Rows of processes that are gone and no longer placed here only ever grow: forget them.
-        AgentProcess.objects.filter(node=node, state=AgentProcessState.EXITED).exclude(
-            replica__in=[*placements, *reported]
-        ).delete()
         ended = _settle_jobs(placements, rows, reported, outcomes, node=node, now=now)
+        if exited_rows or any(row.state == AgentProcessState.EXITED for row in new_rows):
+            # An exited process's row is kept while its replica is still placed here (so that it
+            # is never started again) and forgotten after: rows would only grow. A row is left
+            # behind only in a beat that records an exit, so only such a beat pays for this.
+            still_placed = [replica for replica, row in placements.items() if row["job_id"] not in ended]
+            AgentProcess.objects.filter(node=node, state=AgentProcessState.EXITED).exclude(
+                replica__in=still_placed
+            ).delete()
         # Last, so that the node's row (which every page and cycle reads) is written for the
         # shortest time.
         if mark_seen(agent=agent, node=node, now=now):

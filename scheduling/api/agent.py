@@ -162,7 +162,10 @@ class _AgentView(APIView):
 
 
 class AgentRegisterView(_AgentView):
-    """The agent starts: the host's GPUs are reconciled with the node's; a mismatch cordons it."""
+    """The agent starts: the host's GPUs are reconciled with the node's; a mismatch cordons it.
+
+    Node tokens only (`Authorization: Node <token>`, docs/agent.md): a user's token or session
+    is refused with a 401, and a node token naming another node with a 403."""
 
     @extend_schema(request=AgentRegisterSerializer, responses={200: AgentRegistrationSerializer})
     def post(self, request: Request) -> Response:
@@ -184,7 +187,11 @@ class AgentRegisterView(_AgentView):
 
 
 class AgentHeartbeatView(_AgentView):
-    """The processes the agent holds in; the node's desired state (starts, stops) out."""
+    """The processes the agent holds in; the node's desired state (starts, stops) out.
+
+    Node tokens only (`Authorization: Node <token>`, docs/agent.md): a user's token or session
+    is refused with a 401, and a node token naming another node with a 403. Asking twice with
+    the same report answers the same, and changes nothing."""
 
     @extend_schema(request=AgentHeartbeatSerializer, responses={200: DesiredSerializer})
     def post(self, request: Request) -> Response:

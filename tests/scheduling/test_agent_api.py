@@ -247,6 +247,7 @@ def test_exit_zero_of_every_replica_succeeds_the_job(agent_cluster: Cluster) -> 
     answer = _beat(client, node, [{"replica": second["replica"], "state": "exited", "exit_code": 0}])
     assert Job.objects.get(pk=job.pk).state == JobState.SUCCEEDED
     assert answer["starts"] == []  # never started again
+    assert not AgentProcess.objects.filter(job=job).exists()  # the rows do not pile up
 
 
 def test_a_non_zero_exit_fails_the_job_with_the_code_and_the_last_lines(agent_cluster: Cluster) -> None:
