@@ -201,7 +201,7 @@ async def drive(
     limits = httpx.Limits(max_connections=args.connections, max_keepalive_connections=args.connections)
     started = time.time()
     total = args.seconds + (20 * len(args.ramp) if args.ramp else 0)
-    until = started + total
+    until = started + total + 30  # the agents outlive the last step's window
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
         agents = [SimulatedAgent(node, token, stats) for node, token in tokens]
         tasks = [asyncio.create_task(agent.run(client, interval, until)) for agent in agents]
