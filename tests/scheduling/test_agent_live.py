@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 from django.contrib.auth.models import AbstractUser
-from django.db import OperationalError
+from django.db import OperationalError, connection
 from django.utils import timezone
 from pytest_django.live_server_helper import LiveServer
 
@@ -113,6 +113,11 @@ def unlocked(action: Callable[[], Any]) -> Any:
         except OperationalError as error:
             if "locked" not in str(error):
                 raise
+            # A lock met inside a write can leave SQLite's own transaction open under Django's
+            # autocommit: end it, or every later BEGIN fails ("transaction within a transaction").
+            raw = connection.connection
+            if raw is not None and raw.in_transaction and not connection.in_atomic_block:
+                raw.rollback()
             time.sleep(0.05)
     return action()
 
