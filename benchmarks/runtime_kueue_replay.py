@@ -46,7 +46,7 @@ from quotas.models import Quota  # noqa: E402
 from scheduling.clock import SystemClock  # noqa: E402
 from scheduling.cycle import run_cycle  # noqa: E402
 from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, JobEvent, JobEventKind  # noqa: E402
-from scheduling.scenarios import InProcessCycleLock, ScenarioRunner, parse_document, throwaway_database  # noqa: E402
+from scheduling.simulate import InProcessCycleLock, ScenarioRunner, parse_document, throwaway_database  # noqa: E402
 from workspaces.models import Workspace  # noqa: E402
 
 KUEUE_MAKESPAN_S = 351.0

@@ -29,7 +29,7 @@ django.setup()
 
 from benchmarks.runtime_workloads import s3_burst_scenario  # noqa: E402
 from scheduling.clock import SimulatedClock, use_clock  # noqa: E402
-from scheduling.scenarios import (  # noqa: E402
+from scheduling.simulate import (  # noqa: E402
     SIMULATION_START,
     CheckpointStep,
     ScenarioRunner,

@@ -15,11 +15,21 @@ NAVIGATION = [
     ("Jobs", "jobs-page"),
     ("API", "api-docs"),
 ]
+# Pages for platform admins only (others get a 404 there): Nodes after Resource Quotas, and
+# the Django admin last (a tool for operators, not a page of the console).
+ADMIN_PAGES = [("Nodes", "nodes-page")]
+ADMIN_TOOLS = [("Admin", "admin:index")]
 
 
 def navigation(request: HttpRequest) -> dict[str, Any]:
     items = []
-    for label, url_name in NAVIGATION:
+    entries = list(NAVIGATION)
+    user = getattr(request, "user", None)
+    if user is not None and user.is_superuser:
+        after = next((i + 1 for i, (_label, name) in enumerate(entries) if name == "resource-quotas"), len(entries))
+        entries[after:after] = ADMIN_PAGES
+        entries += ADMIN_TOOLS
+    for label, url_name in entries:
         try:
             url = reverse(url_name)
         except NoReverseMatch:

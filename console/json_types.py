@@ -44,6 +44,18 @@ def kind_error(name: str, field: serializers.Field[Any, Any, Any, Any], value: A
     return None
 
 
+def holds_nul(value: Any) -> bool:
+    """Whether a string anywhere in `value` holds the NUL character, which PostgreSQL cannot
+    store or even compare (a lookup by such a name raised DataError: a 500 the fuzzer found)."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, Mapping):
+        return any(holds_nul(key) or holds_nul(inner) for key, inner in value.items())
+    if isinstance(value, list):
+        return any(holds_nul(inner) for inner in value)
+    return False
+
+
 class JsonTypedMixin:
     # Refuse, field by field, a value of the wrong JSON kind before DRF coerces it. (A comment,
     # not a docstring: drf-spectacular would publish it as every serializer's description.)
@@ -58,6 +70,11 @@ class JsonTypedMixin:
                 and name in data
                 and data[name] is not None
                 and (message := kind_error(name, field, data[name])) is not None
+            }
+            errors |= {
+                name: [f"{name} must not contain the NUL character (\\u0000)."]
+                for name, field in fields.items()
+                if not field.read_only and name in data and name not in errors and holds_nul(data[name])
             }
             if errors:
                 raise serializers.ValidationError(errors)

@@ -18,7 +18,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+import urllib.request
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -30,6 +31,7 @@ from console.supervisor import Supervisor
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 TEND_EVERY_SECONDS = 0.3
+HEALTH_NOTICE_EVERY_SECONDS = 30.0
 
 
 class LaunchError(Exception):
@@ -163,8 +165,7 @@ def _process_table(port: int, host: str) -> dict[str, list[str]]:
             "beat",
             "--loglevel",
             "INFO",
-            "--schedule",
-            str(BASE_DIR / "var" / "celerybeat-schedule"),
+            # No --schedule file: settings.CELERY_BEAT_SCHEDULER keeps the schedule in memory.
         ],
     }
 
@@ -178,6 +179,52 @@ def _report_change(name: str, sentence: str) -> None:
         # Redis down: /healthz already says so, and the launcher must keep supervising.
         with contextlib.suppress(redis.RedisError):
             health.record_outage(name, f"the process {sentence}")
+
+
+def _health_url(host: str, port: int) -> str:
+    # A wildcard listen address is not one to connect to; the loopback reaches it.
+    reachable = "127.0.0.1" if host in {"", "0.0.0.0", "::"} else host
+    return f"http://{reachable}:{port}/healthz"
+
+
+def _healthz_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except (OSError, ValueError):  # refused while uvicorn starts, 503, a timeout: not yet
+        return False
+
+
+def _until_healthy(supervisor: Supervisor, url: str, stop_requested: Callable[[], bool]) -> str | None:
+    """Tend the processes until /healthz is ok, so that "running" is only said when it is true.
+
+    Worker and beat are first awaited in this process (console.health), and only then /healthz
+    over HTTP: polling /healthz while they boot would log a "Service Unavailable" ERROR per try.
+    Returns the supervisor's give-up sentence if a process crash-loops meanwhile, else None.
+    """
+    from django.db import connections
+
+    from console import health
+
+    started = time.monotonic()
+    next_notice = started + HEALTH_NOTICE_EVERY_SECONDS
+    parts_ok = False
+    while not stop_requested():
+        gave_up = supervisor.tend()
+        if gave_up is not None:
+            return gave_up
+        if not parts_ok:
+            report = health.check()
+            connections.close_all()  # the launcher holds no connection between polls
+            parts_ok = all(state == "ok" for state in report.values())
+        if parts_ok and _healthz_ok(url):
+            return None
+        if time.monotonic() >= next_notice:
+            waiting = "the web server" if parts_ok else ", ".join(p for p, state in report.items() if state != "ok")
+            _say(f"still waiting for {waiting} ({time.monotonic() - started:.0f} s)")
+            next_notice += HEALTH_NOTICE_EVERY_SECONDS
+        time.sleep(TEND_EVERY_SECONDS)
+    return None
 
 
 def serve() -> int:
@@ -205,7 +252,13 @@ def serve() -> int:
             processes["agent"] = _local_agent_command(settings.PORT, host, settings.CONSOLE_LOCAL_AGENT_GPUS)
         supervisor = Supervisor(processes, cwd=BASE_DIR, on_change=_report_change)
         supervisor.start()
-        _say(f"GPU Quota Console at http://{host}:{settings.PORT} (web, worker, beat running; Ctrl-C stops all)")
+        _say("starting web, worker and beat")
+        gave_up = _until_healthy(supervisor, _health_url(host, settings.PORT), lambda: stop_requested)
+        if gave_up is not None:
+            _say(gave_up)
+            return 1
+        if not stop_requested:
+            _say(f"GPU Quota Console at http://{host}:{settings.PORT} (web, worker, beat running; Ctrl-C stops all)")
         while not stop_requested:
             gave_up = supervisor.tend()
             if gave_up is not None:

@@ -75,6 +75,9 @@ class PreviewAction:
     confirm_label: str = "Confirm"
     # Fields the service names that mean the same as one of the form's (the API's `to` is `target`).
     field_aliases: Mapping[str, str] = field(default_factory=dict)
+    # False where no guarantee can move (cancelling a job): the preview then names only evictions
+    # and admissions.
+    moves_shares: bool = True
 
 
 def _fingerprint(cleaned: Mapping[str, Any]) -> str:

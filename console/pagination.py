@@ -28,8 +28,9 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
     @staticmethod
     def _whole(request: Request, name: str, *, least: int, most: int, default: int | None) -> int | None:
         raw = request.query_params.get(name)
-        if raw is None or raw == "":
+        if raw is None:
             return default
+        # `?limit=` is not a number either: a client that sends it has lost a value on the way.
         if not raw.isdigit() or not raw.isascii():
             raise ValidationError({name: [f"{name} must be a whole number, got {raw[:40]!r}."]})
         value = int(raw)

@@ -14,17 +14,20 @@ from typing import Any
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
-from console import quota_forms
+from console import node_views, quota_forms
+from console import selectors as console_selectors
 from console.pagekit import PreviewAction, PreviewSummary, Reclaimable, ShareMove, run_preview_action
 from quotas import bounds, selectors, services
 from quotas.models import Quota
 from quotas.services import DryRunResult
 from scheduling import selectors as scheduling_selectors
-from scheduling.models import ACTIVE_STATES, Job
+from scheduling.clock import get_clock
+from scheduling.models import ACTIVE_STATES, Job, JobState
 from workspaces import selectors as workspace_selectors
 from workspaces.permissions import restrict
 
@@ -137,22 +140,60 @@ def _jobs_covering(quota_ids: list[int], gpus: float) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
+QUOTA_VIEWS = (("list", "List"), ("overview", "Overview"))
+
+
 @login_required
 def resource_quotas(request: HttpRequest) -> HttpResponse:
-    """The tree of what the user may see; `?q=` filters by name where JavaScript does not."""
+    """The tree of what the user may see, as a table (`?view=list`, where `?q=` filters by name
+    without JavaScript) or as charts (`?view=overview`)."""
     rows = selectors.quota_tree_rows(user=request.user)
-    query = request.GET.get("q", "").strip()
-    if query:
-        rows = [row for row in rows if query.casefold() in row["quota"].name.casefold()]
-    parents = {row["quota"].parent_id for row in rows}
-    return render(
-        request,
-        "console/quotas/resource_quotas.html",
-        {"rows": rows, "query": query, "may_change": _is_platform_admin(request), "parents": parents},
-    )
+    view = request.GET.get("view", "list")
+    if view not in dict(QUOTA_VIEWS):
+        view = "list"
+    context: dict[str, Any] = {
+        "view": view,
+        "views": QUOTA_VIEWS,
+        "may_change": _is_platform_admin(request),
+        # /quotas/: each row's links are this, its id and the action (console/urls.py).
+        "quota_base": reverse("resource-quotas"),
+    }
+    if view == "overview":
+        context.update(rows=rows, overview=console_selectors.quota_overview(rows=rows, now=get_clock().now()))
+    else:
+        query = request.GET.get("q", "").strip()
+        if query:
+            rows = [row for row in rows if query.casefold() in row["quota"].name.casefold()]
+        # Running and pending count every workspace's jobs; a member is also told how many of
+        # them she may see (issue 11: the counts did not match her Jobs page).
+        yours = {} if _is_platform_admin(request) else _visible_live_counts(request, rows)
+        shown = [{**row, "yours": yours.get(row["quota"].pk)} for row in rows]
+        context.update(rows=shown, query=query, parents={row["quota"].parent_id for row in rows})
+    return render(request, "console/quotas/resource_quotas.html", context)
 
 
-QUOTA_TABS = (("overview", "Overview"), ("jobs", "Jobs"), ("audit", "Audit"))
+def _visible_live_counts(request: HttpRequest, rows: list[Any]) -> dict[int, dict[str, int]]:
+    """Per quota (its subtree, as the status counts), the running and pending jobs the user may see."""
+    parent_of = dict(Quota.objects.values_list("pk", "parent_id"))
+    counts: dict[int, dict[str, int]] = {row["quota"].pk: {"running": 0, "pending": 0} for row in rows}
+    live = restrict(Job.objects.filter(state__in=ACTIVE_STATES), request.user, "view")
+    for quota_id, state, number in live.values_list("quota_id", "state").annotate(number=Count("pk")).order_by():
+        key = "pending" if state == JobState.PENDING else "running"
+        current: int | None = quota_id
+        while current is not None:
+            if current in counts:
+                counts[current][key] += number
+            current = parent_of.get(current)
+    return counts
+
+
+QUOTA_TABS = (
+    ("overview", "Overview"),
+    ("jobs", "Jobs"),
+    ("nodes", "Nodes"),
+    ("monitoring", "Monitoring"),
+    ("audit", "Audit"),
+)
 JOBS_PER_PAGE = 50
 
 
@@ -184,6 +225,10 @@ def quota_detail(request: HttpRequest, quota_id: int) -> HttpResponse:
         context["page"] = Paginator(jobs.order_by("state", "position", "submitted_at", "id"), JOBS_PER_PAGE).get_page(
             request.GET.get("page")
         )
+    elif tab == "nodes":
+        context.update(node_views.quota_nodes_context(request, quota))
+    elif tab == "monitoring":
+        context["allocation"] = console_selectors.quota_monitoring(quota_id=quota.pk, now=get_clock().now())
     elif _is_platform_admin(request):
         context["records"] = selectors.quota_audit(quota=quota)
     else:

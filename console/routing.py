@@ -1,5 +1,11 @@
-"""Websocket routes; apps add theirs here (live GPU usage comes with the pages)."""
+"""Websocket routes: the live layer's socket, and a last route that closes every other path
+with 4404 (and a log line) instead of the router's exception, traceback and 500."""
 
-from django.urls import URLPattern
+from django.urls import URLPattern, path, re_path
 
-websocket_urlpatterns: list[URLPattern] = []
+from live.consumers import LiveConsumer, UnknownPathConsumer
+
+websocket_urlpatterns: list[URLPattern] = [
+    path("ws/live/", LiveConsumer.as_asgi()),
+    re_path(r"", UnknownPathConsumer.as_asgi()),
+]

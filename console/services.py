@@ -14,6 +14,7 @@ from rest_framework.authtoken.models import Token
 
 from console import selectors, tokens
 from quotas import audit
+from workspaces.access import notify_access_changed
 
 
 @transaction.atomic
@@ -69,6 +70,8 @@ def _revoke(user: AbstractBaseUser) -> Revoked:
     token_count, _ = Token.objects.filter(user_id=user.pk).delete()
     keys = selectors.session_keys_of(user)
     session_count, _ = Session.objects.filter(session_key__in=keys).delete()
+    # Open websockets outlive their session row; tell them (after commit) to re-check and close.
+    notify_access_changed(user_ids=[int(user.pk)])
     return Revoked(tokens=token_count, sessions=session_count)
 
 

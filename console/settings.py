@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "quotas",
     "workspaces",
     "scheduling",
+    "live",
     "console",
 ]
 
@@ -92,9 +93,7 @@ TEMPLATES = [
 ]
 
 DATABASE_POOL_SIZE: int = env.int("DATABASE_POOL_SIZE", default=10)
-DATABASES = {
-    "default": database_config(env.str("DATABASE_URL", default=""), VAR_DIR, pool_size=DATABASE_POOL_SIZE)
-}
+DATABASES = {"default": database_config(env.str("DATABASE_URL", default=""), VAR_DIR, pool_size=DATABASE_POOL_SIZE)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL: str = redis_url(env.str("REDIS_URL", default=""))
@@ -148,6 +147,12 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    # plotly/plotly.min.js from the pinned plotly package (no CDN, no copy in the repository).
+    "console.staticfinders.PlotlyFinder",
+]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
@@ -217,6 +222,18 @@ CHANNEL_LAYERS = {
     }
 }
 
+# The live socket's bounds (docs/live.md): topics per socket, bytes per message, messages per
+# second (a bucket of LIVE_MESSAGE_BURST), how often a socket re-checks its topics, and the
+# coalescing window per topic.
+LIVE_MAX_SUBSCRIPTIONS = env.int("LIVE_MAX_SUBSCRIPTIONS", default=250)
+LIVE_MAX_MESSAGE_BYTES = env.int("LIVE_MAX_MESSAGE_BYTES", default=16384)
+LIVE_MESSAGE_RATE = env.float("LIVE_MESSAGE_RATE", default=5.0)
+LIVE_MESSAGE_BURST = env.float("LIVE_MESSAGE_BURST", default=20.0)
+LIVE_RECHECK_SECONDS = env.float("LIVE_RECHECK_SECONDS", default=3.0)
+LIVE_COALESCE_SECONDS = env.float("LIVE_COALESCE_SECONDS", default=1.0)
+# /metrics (Prometheus): a bearer token; unset, only loopback clients may scrape.
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
@@ -226,6 +243,11 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TIMEZONE = TIME_ZONE
 # The safety-net cycle interval; event triggers do the real work.
 SCHEDULER_BEAT_SECONDS: float = env.float("SCHEDULER_BEAT_SECONDS", default=5.0)
+# Allocation history (scheduling.history): a sample per quota whose figures a cycle changed,
+# kept this long and at most this many rows, pruned by the cycle at most once a minute.
+SCHEDULER_ALLOCATION_HISTORY_HOURS: float = env.float("SCHEDULER_ALLOCATION_HISTORY_HOURS", default=24.0)
+SCHEDULER_ALLOCATION_HISTORY_MAX_ROWS: int = env.int("SCHEDULER_ALLOCATION_HISTORY_MAX_ROWS", default=500_000)
+SCHEDULER_ALLOCATION_HISTORY_PRUNE_SECONDS: float = 60.0
 HEARTBEAT_SECONDS: float = env.float("HEARTBEAT_SECONDS", default=10.0)
 # The node agent (AGENT.md): how often agents beat, and when a silent node is lost. A node with no
 # beat for NODE_LOST_SECONDS goes not ready; NODE_LOST_GRACE_SECONDS later its jobs are requeued.
@@ -254,7 +276,10 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"outage_without_traceback": {"()": "console.log_filters.OutageWithoutTraceback"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["outage_without_traceback"]}
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
@@ -269,6 +294,11 @@ LOGGING = {
 
 # Beat's safety net: a scheduling cycle every few seconds, and the simulated executor's clock tick
 # (event triggers run cycles at once; these only catch what a lost trigger missed).
+# Beat keeps its schedule in memory (Celery's base Scheduler), not in a shelve file: every entry
+# is an interval of seconds, so there is nothing worth remembering across restarts, and a file
+# can be missing (var/ exists only with the SQLite default, so beat died on a fresh clone with
+# DATABASE_URL set) or half-written (beat then logs a "corrupted schedule" traceback).
+CELERY_BEAT_SCHEDULER = "celery.beat:Scheduler"
 CELERY_BEAT_SCHEDULE = beat_schedule(
     cycle_seconds=SCHEDULER_BEAT_SECONDS, tick_seconds=env.float("EXECUTOR_TICK_SECONDS", default=1.0)
 )

@@ -9,10 +9,11 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from console import health, services
+from console import health, selectors, services
 
 
 @never_cache
@@ -25,9 +26,22 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse(body, status=200 if healthy else 503)
 
 
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Pages link the SVG icon; this answers clients that ask for /favicon.ico anyway (the admin,
+    the API docs, feed readers), which would otherwise fill the log with 404s."""
+    return redirect(static("console/favicon.svg"), permanent=True)
+
+
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
-    return render(request, "console/dashboard.html")
+    """Numbers per role: the cluster for platform admins, their own jobs and quotas for the rest."""
+    user = request.user
+    if not isinstance(user, AbstractBaseUser):  # login_required lets no anonymous user through
+        raise PermissionDenied
+    context: dict[str, object] = (
+        {"cluster": selectors.cluster_figures()} if user.is_superuser else {"mine": selectors.member_figures(user)}
+    )
+    return render(request, "console/dashboard.html", context)
 
 
 @require_POST

@@ -123,26 +123,16 @@ def register_agent(*, agent: NodeAgent, devices: Sequence[ReportedDevice], now: 
 
 
 def cordon_node(*, node: Node, why: str) -> bool:
-    """The node keeps its jobs and takes no new ones (the engine skips cordoned nodes).
+    """The node keeps its jobs and takes no new ones, through the inventory's own cordon (audited
+    as `node.cordon`; `why` is in the caller's audit record). False when it was cordoned or
+    draining already: a draining node stays draining."""
+    from quotas.services import cordon_node as cordon
 
-    Returns False when it was cordoned (or draining) already."""
-    changed = (
-        Node.objects.filter(pk=node.pk)
-        .exclude(state__in=(NodeState.CORDONED, NodeState.DRAINING))
-        .update(state=NodeState.CORDONED)
-    )
-    if changed:
-        audit.record(
-            actor=None,
-            action="node.cordon",
-            object_type="node",
-            object_id=node.pk,
-            object_repr=node.name,
-            before={"state": node.state},
-            after={"state": NodeState.CORDONED, "why": why},
-        )
-        node.state = NodeState.CORDONED
-    return bool(changed)
+    if node.state in (NodeState.CORDONED, NodeState.DRAINING):
+        return False
+    cordoned = cordon(actor=None, node=node)
+    node.state = cordoned.state
+    return True
 
 
 def mark_seen(*, agent: NodeAgent, node: Node, now: datetime) -> bool:

@@ -27,7 +27,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from quotas.bounds import readable
-from scheduling import bulk, engine, events
+from quotas.models import NodeState
+from scheduling import bulk, engine, events, history, triggers
 from scheduling.clock import get_clock
 from scheduling.engine import types as engine_types
 from scheduling.lifecycle import add_event, released_event, released_values
@@ -205,6 +206,7 @@ def _decide_and_commit(*, lease: CycleLease, trigger: str, now: datetime) -> Cyc
         with transaction.atomic():
             _advance_fence(token=lease.token, seen_generation=index.fence_generation, now=now)
             applied = _Commit(index=index, now=now).apply(result)
+            _record_allocations(result, index, now)
             duration_ms = (time.perf_counter() - started) * 1000
             record = CycleRecord.objects.create(
                 started_at=now,
@@ -248,6 +250,20 @@ def _decide_and_commit(*, lease: CycleLease, trigger: str, now: datetime) -> Cyc
             refused=refusal.why,
         )
     return outcome
+
+
+def _record_allocations(result: engine.CycleResult, index: SnapshotIndex, now: datetime) -> None:
+    """Allocation history of the quotas whose figures this cycle moved, in the same commit.
+
+    The figures are the engine's after its decisions (a decision the commit skipped, a rare
+    race, shows in the next cycle's sample)."""
+    figures = {
+        quota_id: history.AllocationFigures(status.allocated, status.guaranteed, status.fair_share)
+        for name, quota_id in index.quota_ids.items()
+        if (status := result.quotas.get(name)) is not None
+    }
+    history.record_changes(figures=figures, at=now)
+    history.prune_now_and_then(now=now)
 
 
 def ensure_fence() -> None:
@@ -300,7 +316,7 @@ class _Commit:
         self.used: dict[tuple[int, int], float] = defaultdict(float)
         self.held: dict[int, list[Placement]] = defaultdict(list)
         self.node_gpus: dict[int, int] = {}
-        self.node_ready: dict[int, bool] = {}
+        self.node_state: dict[int, str] = {}
         # Admissions are checked one by one, in the engine's order, against rows locked up front
         # (`_lock_admissions`), and written together at the end (`_flush_admissions`).
         self.current: dict[int, tuple[str, int]] = {}
@@ -310,6 +326,7 @@ class _Commit:
         # Rows for bulk.insert, in the order of _PLACEMENT_COLUMNS and _EVENT_COLUMNS.
         self.new_placements: list[tuple[int, int, list[int], float]] = []
         self.new_events: list[tuple[int, str, datetime, str, int | None, str]] = []
+        self.drained_to_queue = False
 
     # --- the whole result --------------------------------------------------------------------
 
@@ -330,6 +347,10 @@ class _Commit:
             elif isinstance(decision, engine.Shrink):
                 self._shrink(decision)
         self._flush_evictions()
+        if self.drained_to_queue:
+            # A drained job is placed by a cycle that sees it pending: ask for one, as the
+            # executor does when a grace period ends.
+            triggers.request_cycle_on_commit("drain")
         self._load_occupancy()
         # Moves first, each once the devices it goes to are free: the engine may list a move onto
         # devices that a later move in the same result vacates (a chain of consolidations).
@@ -382,9 +403,9 @@ class _Commit:
     def _load_occupancy(self) -> None:
         """The devices as this transaction sees them, after this cycle's own evictions and shrinks."""
         nodes, held = held_devices()
-        for node_id, (gpus, ready) in nodes.items():
+        for node_id, (gpus, state) in nodes.items():
             self.node_gpus[node_id] = gpus
-            self.node_ready[node_id] = ready
+            self.node_state[node_id] = state
         for job_id, node_id, devices, fraction in held:
             self._occupy(job_id, [(node_id, devices, fraction)], sign=1)
 
@@ -498,8 +519,10 @@ class _Commit:
             name = self.node_names.get(node_id, str(node_id))
             if node_id not in self.node_gpus:
                 return f"node {name} no longer exists"
-            if not self.node_ready[node_id]:
-                return f"node {name} is down"
+            state = self.node_state[node_id]
+            if state != NodeState.READY:
+                # Changed since the snapshot: only a ready node takes new placements.
+                return f"node {name} is {'down' if state == NodeState.NOT_READY else state}"
             if fraction < 1 and len(devices) != 1:
                 return f"a fractional replica needs exactly one device on {name}, got {list(devices)}"
             share = fraction if fraction < 1 else 1.0
@@ -574,6 +597,8 @@ class _Commit:
         kind, event_message = released_event(requeue=seen.requeue, message=message)
         self.new_events.append((seen.pk, str(kind), self.now, "", None, event_message))
         self.current[seen.pk] = (str(values["state"]), seen.revision + 2)
+        if decision.rule == engine_types.DRAIN and values["state"] == JobState.PENDING:
+            self.drained_to_queue = True
         return 1 if values["state"] == JobState.PENDING else 0
 
     def _shrink(self, decision: engine.Shrink) -> None:

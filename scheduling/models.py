@@ -252,3 +252,30 @@ class JobLog(models.Model):
 
     def __str__(self) -> str:
         return f"log of job {self.job_id}"
+
+class AllocationSample(models.Model):
+    """A quota's GPU figures as a cycle left them, written only when one of them changed.
+
+    Charts draw the figures as steps: a figure holds from its sample until the quota's next one,
+    so an unchanged quota costs no rows. `allocated` is the subtree's, as the quota tree shows it.
+    History is kept for SCHEDULER_ALLOCATION_HISTORY_HOURS and at most
+    SCHEDULER_ALLOCATION_HISTORY_MAX_ROWS rows (scheduling.history).
+    """
+
+    quota = models.ForeignKey("quotas.Quota", on_delete=models.CASCADE, related_name="+")
+    at = models.DateTimeField()
+    allocated = models.FloatField()
+    guaranteed = models.FloatField()
+    fair_share = models.FloatField()
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [
+            # A quota's latest sample (what the cycle compares with) and a quota's window (charts).
+            models.Index(fields=["quota", "at"], name="allocation_sample_quota_at"),
+            # Pruning by age.
+            models.Index(fields=["at"], name="allocation_sample_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.quota_id} at {self.at:%H:%M:%S}: {self.allocated}/{self.guaranteed} (fair {self.fair_share})"

@@ -14,14 +14,13 @@ from quotas.models import Node, Quota
 from scheduling import engine
 from scheduling.clock import get_clock
 from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, ReplicaPlacementRecord
-from scheduling.selectors import build_snapshot, quota_status_figures
+from scheduling.selectors import build_snapshot, quota_status_summary
 
 
 def quota_status(quotas: list[Quota]) -> dict[int, QuotaStatus]:
     if not quotas:
         return {}
-    snapshot, _index = build_snapshot(get_clock().now())
-    figures = quota_status_figures(snapshot)
+    figures = quota_status_summary()
     empty = QuotaStatus(fair_share=0.0, allocated=0.0, allocated_self=0.0, running=0, pending=0)
     return {quota.pk: figures.get(quota.name, empty) for quota in quotas}
 

@@ -8,23 +8,39 @@ ids back to rows, with the state and revision each job had when it was read.
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any, NamedTuple, TypedDict
 
+from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, FloatField, Func, QuerySet, Sum
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Func,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+)
 
 from quotas.hooks import QuotaStatus as QuotaStatusFigures
-from quotas.models import Node, Quota, ResourcePool
+from quotas.models import Node, NodeState, Quota, ResourcePool
 from scheduling import engine
+from scheduling.engine import fairshare
 from scheduling.engine import types as engine_types
 from scheduling.models import (
     ACTIVE_STATES,
     HOLDING_STATES,
+    AllocationSample,
     CycleRecord,
     Job,
     JobEvent,
@@ -33,6 +49,7 @@ from scheduling.models import (
     ReplicaPlacementRecord,
     SchedulerFence,
 )
+from workspaces.permissions import usable_quotas
 
 
 class JobSeen(NamedTuple):
@@ -202,28 +219,8 @@ def _engine_job(key: str, row: tuple[Any, ...], quota: str, replicas: tuple[tupl
     )
 
 
-def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
-    """The cluster as the engine sees it: ready and down nodes, the quota tree, the active jobs.
-
-    The fence is read first: a cycle that commits after this read makes the snapshot stale, and
-    the commit then refuses it (see scheduling.cycle).
-    """
-    index = SnapshotIndex()
-    fence = SchedulerFence.objects.filter(pk=SchedulerFence.SINGLETON_ID).values_list("token", "generation").first()
-    if fence is not None:
-        index.fence_token, index.fence_generation = fence
-
-    pool = ResourcePool.objects.order_by("id").values_list("placement", flat=True).first()
-    placement = pool if pool is not None else engine_types.PACK
-
-    nodes: list[engine.Node] = []
-    node_names: dict[int, str] = {}
-    node_rows = _raw_rows(Node.objects.order_by("id").values_list("id", "name", "gpus", "cpu", "memory_gib", "state"))
-    for node_id, name, gpus, cpu, memory_gib, state in node_rows:
-        nodes.append(engine.Node(name=name, gpus=gpus, cpu=cpu, memory_gib=memory_gib, ready=state == "ready"))
-        node_names[node_id] = name
-        index.node_ids[name] = node_id
-
+def _engine_quotas() -> tuple[dict[int, str], list[engine.Quota]]:
+    """The quota tree as the engine takes it, in one query; and each quota's name by id."""
     quota_rows = _raw_rows(
         Quota.objects.order_by("id").values_list(
             "id",
@@ -242,7 +239,6 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
         )
     )
     quota_names: dict[int, str] = {row[0]: row[1] for row in quota_rows}
-    index.quota_ids = {name: quota_id for quota_id, name in quota_names.items()}
     quotas = [
         engine.Quota(
             name=name,
@@ -275,6 +271,44 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
             min_runtime,
         ) in enumerate(quota_rows)
     ]
+    return quota_names, quotas
+
+
+def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
+    """The cluster as the engine sees it: ready and down nodes, the quota tree, the active jobs.
+
+    The fence is read first: a cycle that commits after this read makes the snapshot stale, and
+    the commit then refuses it (see scheduling.cycle).
+    """
+    index = SnapshotIndex()
+    fence = SchedulerFence.objects.filter(pk=SchedulerFence.SINGLETON_ID).values_list("token", "generation").first()
+    if fence is not None:
+        index.fence_token, index.fence_generation = fence
+
+    pool = ResourcePool.objects.order_by("id").values_list("placement", flat=True).first()
+    placement = pool if pool is not None else engine_types.PACK
+
+    nodes: list[engine.Node] = []
+    node_names: dict[int, str] = {}
+    node_rows = _raw_rows(Node.objects.order_by("id").values_list("id", "name", "gpus", "cpu", "memory_gib", "state"))
+    for node_id, name, gpus, cpu, memory_gib, state in node_rows:
+        nodes.append(
+            engine.Node(
+                name=name,
+                gpus=gpus,
+                cpu=cpu,
+                memory_gib=memory_gib,
+                # Cordoned and draining nodes are up: their jobs run on until they end or are drained.
+                ready=state != NodeState.NOT_READY,
+                schedulable=state == NodeState.READY,
+                draining=state == NodeState.DRAINING,
+            )
+        )
+        node_names[node_id] = name
+        index.node_ids[name] = node_id
+
+    quota_names, quotas = _engine_quotas()
+    index.quota_ids = {name: quota_id for quota_id, name in quota_names.items()}
 
     job_rows = _raw_rows(
         Job.objects.filter(state__in=ACTIVE_STATES)
@@ -332,12 +366,11 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
     return snapshot, index
 
 
-def held_devices() -> tuple[dict[int, tuple[int, bool]], list[tuple[int, int, tuple[int, ...], float]]]:
-    """Every node's GPUs and readiness, and every held replica (job id, node id, devices,
+def held_devices() -> tuple[dict[int, tuple[int, str]], list[tuple[int, int, tuple[int, ...], float]]]:
+    """Every node's GPUs and state, and every held replica (job id, node id, devices,
     fraction): the devices as the caller's transaction sees them right now."""
     nodes = {
-        node_id: (gpus, state == "ready")
-        for node_id, gpus, state in _raw_rows(Node.objects.values_list("id", "gpus", "state"))
+        node_id: (gpus, state) for node_id, gpus, state in _raw_rows(Node.objects.values_list("id", "gpus", "state"))
     }
     held = [
         (job_id, node_id, _devices(devices), fraction)
@@ -378,6 +411,86 @@ def quota_status_figures(snapshot: engine.Snapshot) -> dict[str, QuotaStatusFigu
     return figures
 
 
+def _fair_share_capacity() -> int:
+    """`engine.fairshare.cluster_capacity` from the database: every GPU of a node that takes new
+    placements, and of a cordoned or draining node the devices its jobs hold (milli-GPUs)."""
+    MILLI = fairshare.MILLI
+    placeable = Node.objects.filter(state=NodeState.READY).aggregate(gpus=Sum("gpus"))["gpus"] or 0
+    held: dict[tuple[int, int], int] = {}
+    rows = ReplicaPlacementRecord.objects.filter(
+        job__state__in=HOLDING_STATES, node__state__in=(NodeState.CORDONED, NodeState.DRAINING)
+    ).values_list("node_id", "devices", "fraction")
+    for node_id, devices, fraction in _raw_rows(rows):
+        milli = fairshare.to_milli(fraction) if fraction < 1 else MILLI
+        for device in _devices(devices):
+            held[(node_id, device)] = min(MILLI, held.get((node_id, device), 0) + milli)
+    return int(placeable) * MILLI + sum(held.values())
+
+
+def quota_status_summary() -> dict[str, QuotaStatusFigures]:
+    """What `quota_status_figures` says over a full snapshot, from aggregates instead: the pages
+    need per-quota sums, not ten thousand jobs and their placements (a snapshot of a busy
+    cluster costs half a second; this, a few milliseconds).
+
+    Jobs alike in quota, state, GPUs per replica and replicas are read as one group; the engine's
+    fair share sums each job's request (GPUs per replica rounded as it rounds them, × replicas)
+    and marks fractional ones, so one job of the group's shape with the group's replicas asks
+    exactly what the group asks. Allocated is the jobs' `allocated_gpus`, which every commit
+    keeps equal to their placements."""
+    quota_names, quotas = _engine_quotas()
+    capacity = _fair_share_capacity()
+    groups = (
+        Job.objects.filter(state__in=ACTIVE_STATES)
+        .values_list("quota_id", "state", "gpus", "replicas")
+        .annotate(jobs=Count("id"), held=Sum("allocated_gpus"))
+        .order_by()
+    )
+    jobs: list[engine.Job] = []
+    held: dict[str, float] = defaultdict(float)
+    running: dict[str, int] = defaultdict(int)
+    pending: dict[str, int] = defaultdict(int)
+    for quota_id, state, gpus, replicas, count, allocated in groups:
+        quota = quota_names[quota_id]
+        jobs.append(
+            engine.Job(
+                id=f"{quota_id}:{state}:{gpus}:{replicas}",
+                quota=quota,
+                gpus=gpus,
+                replicas=replicas * count,
+                state=state,
+            )
+        )
+        held[quota] += float(allocated or 0.0)
+        if state == JobState.PENDING:
+            pending[quota] += count
+        else:
+            running[quota] += count
+    # engine.fair_shares, with the capacity counted here: it would otherwise need the placements.
+    tree = fairshare.QuotaTree(quotas, {job.quota for job in jobs})
+    request = fairshare.subtree_requests(tree, fairshare.requests_by_leaf(tree, jobs))
+    share = fairshare.divide(tree, request, capacity, fairshare.fractional_nodes(tree, jobs))
+    fair_share = {tree.names[i]: share[i] / fairshare.MILLI for i in range(len(tree))}
+    parent_of = {quota.name: quota.parent for quota in quotas}
+    figures: dict[str, QuotaStatusFigures] = {
+        quota.name: QuotaStatusFigures(
+            fair_share=float(fair_share.get(quota.name, 0.0)),
+            allocated=0.0,
+            allocated_self=held.get(quota.name, 0.0),
+            running=0,
+            pending=0,
+        )
+        for quota in quotas
+    }
+    for own in quota_names.values():
+        name: str | None = own
+        while name is not None and name in figures:
+            figures[name]["allocated"] += held.get(own, 0.0)
+            figures[name]["running"] += running.get(own, 0)
+            figures[name]["pending"] += pending.get(own, 0)
+            name = parent_of.get(name)
+    return figures
+
+
 def job_list(*, queryset: QuerySet[Job] | None = None) -> QuerySet[Job]:
     """Jobs with what their list and detail show, in a constant number of queries."""
     base = queryset if queryset is not None else Job.objects.all()
@@ -407,22 +520,148 @@ def user_gpus_in_use(*, user_id: int, workspace_id: int, quota_id: int) -> float
     return total
 
 
+def live_job_rows(*, job_ids: Iterable[int]) -> list[dict[str, Any]]:
+    """What a live page shows of these jobs right now (live topic changes), in one query."""
+    labels = dict(JobState.choices)
+    rows = Job.objects.filter(pk__in=list(job_ids)).values(
+        "id", "state", "reason_code", "reason_message", "workspace_id", "quota_id", "allocated_gpus"
+    )
+    return [{**row, "state_display": str(labels.get(row["state"], row["state"]))} for row in rows]
+
+
+# Histogram buckets (upper bounds, seconds) of /metrics: a cycle takes milliseconds to a few
+# seconds (S3-sized); an admission wait seconds to days.
+CYCLE_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+WAIT_BUCKETS: tuple[float, ...] = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0)
+
+
+class HistogramFigures(TypedDict):
+    buckets: list[tuple[float, int]]  # (upper bound in seconds, count at or below it), cumulative
+    count: int
+    sum: float
+
+
+class MetricsFigures(TypedDict):
+    jobs_by_quota_state: list[tuple[str, str, int]]
+    quotas: list[tuple[str, float, QuotaStatusFigures]]
+    preemptions: list[tuple[str, str, int]]
+    cycle_duration: HistogramFigures
+    admission_wait: HistogramFigures
+
+
+def metrics_figures(*, now: datetime) -> MetricsFigures:
+    """Everything /metrics shows, in a number of queries that does not grow with jobs, quotas or
+    cycles: counts are grouped and histograms are conditional counts in the database."""
+    jobs = [
+        (quota, state, count)
+        for quota, state, count in Job.objects.values_list("quota__name", "state")
+        .order_by("quota__name", "state")
+        .annotate(count=Count("id"))
+    ]
+    snapshot, _index = build_snapshot(now)
+    figures = quota_status_figures(snapshot)
+    quotas = [
+        (quota.name, float(quota.gpus), figures[quota.name])
+        for quota in Quota.objects.order_by("name").only("name", "gpus")
+        if quota.name in figures
+    ]
+    preemptions = list(
+        JobEvent.objects.filter(kind=JobEventKind.EVICTED)
+        .values_list("job__quota__name", "rule")
+        .order_by("job__quota__name", "rule")
+        .annotate(count=Count("id"))
+    )
+    cycle = _histogram(CycleRecord.objects.all(), F("duration_ms") / 1000.0, CYCLE_BUCKETS, seconds=False)
+    wait = ExpressionWrapper(F("at") - F("job__submitted_at"), output_field=DurationField())
+    admission = _histogram(JobEvent.objects.filter(kind=JobEventKind.ADMITTED), wait, WAIT_BUCKETS, seconds=True)
+    return MetricsFigures(
+        jobs_by_quota_state=jobs,
+        quotas=quotas,
+        preemptions=[(quota, rule or "unknown", count) for quota, rule, count in preemptions],
+        cycle_duration=cycle,
+        admission_wait=admission,
+    )
+
+
+def _histogram(queryset: QuerySet[Any], value: Any, bounds: Iterable[float], *, seconds: bool) -> HistogramFigures:
+    """Cumulative bucket counts and the sum of `value` over `queryset`, in one query. `seconds`:
+    `value` is a duration (compared with timedeltas, summed in microseconds by the database)."""
+
+    def limit(bound: float) -> Any:
+        return timedelta(seconds=bound) if seconds else bound
+
+    bounds = list(bounds)
+    annotated = queryset.annotate(observed=value)
+    figures = annotated.aggregate(
+        count=Count("pk"),
+        total=Sum("observed"),
+        **{f"le_{index}": Count("pk", filter=Q(observed__lte=limit(bound))) for index, bound in enumerate(bounds)},
+    )
+    total = figures["total"]
+    if isinstance(total, timedelta):
+        total = total.total_seconds()
+    return HistogramFigures(
+        buckets=[(bound, int(figures[f"le_{index}"])) for index, bound in enumerate(bounds)],
+        count=int(figures["count"]),
+        sum=float(total or 0.0),
+    )
+
+
 def allocated_gpus_total() -> float:
     return float(Job.objects.filter(state__in=HOLDING_STATES).aggregate(total=Sum("allocated_gpus"))["total"] or 0.0)
 
 
+class AllocationPoint(NamedTuple):
+    at: datetime
+    allocated: float
+    guaranteed: float
+    fair_share: float
+
+
+def allocation_history(*, quota_ids: Iterable[int], since: datetime) -> dict[int, list[AllocationPoint]]:
+    """Per quota, its samples since `since`, led by the last one before it (moved to `since`):
+    the figures hold from a sample to the next, so that one says where the window starts.
+
+    Two queries whatever the number of quotas; a quota with no sample at all is left out."""
+    ids = list(quota_ids)
+    history: dict[int, list[AllocationPoint]] = {quota_id: [] for quota_id in ids}
+    # One index seek on (quota, at) per quota, not a scan of the older samples.
+    before = (
+        AllocationSample.objects.filter(quota_id=OuterRef("pk"), at__lt=since).order_by("-at", "-id").values("pk")[:1]
+    )
+    leading = AllocationSample.objects.filter(
+        pk__in=Quota.objects.filter(pk__in=ids).annotate(last=Subquery(before)).values("last")
+    ).values_list("quota_id", "allocated", "guaranteed", "fair_share")
+    for quota_id, allocated, guaranteed, fair_share in leading:
+        history[quota_id].append(AllocationPoint(since, allocated, guaranteed, fair_share))
+    within = (
+        AllocationSample.objects.filter(quota_id__in=ids, at__gte=since)
+        .order_by("at", "id")
+        .values_list("quota_id", "at", "allocated", "guaranteed", "fair_share")
+    )
+    for quota_id, at, allocated, guaranteed, fair_share in within:
+        history[quota_id].append(AllocationPoint(at, allocated, guaranteed, fair_share))
+    return {quota_id: points for quota_id, points in history.items() if points}
+
+
 __all__ = [
+    "AllocationPoint",
     "JobSeen",
     "JobState",
     "SnapshotIndex",
     "allocated_gpus_total",
+    "allocation_history",
     "build_snapshot",
+    "gpu_holders",
     "held_devices",
     "job_events",
     "job_key",
     "job_list",
     "last_cycle",
+    "live_job_rows",
+    "metrics_figures",
     "quota_status_figures",
+    "quota_status_summary",
     "scheduler_status",
     "user_gpus_in_use",
 ]
@@ -474,6 +713,55 @@ def jobs_holding_gpus(*, quota_ids: Iterable[int]) -> list[HeldGpus]:
         .values_list("name", "quota__name", "allocated_gpus")
     )
     return [HeldGpus(job=name, quota=quota, gpus=float(gpus)) for name, quota, gpus in rows]
+
+
+class GpuHolder(TypedDict):
+    """One job's share of one GPU device: a whole device, or a fraction of it."""
+
+    node_id: int
+    node: str
+    device: int
+    job_id: int
+    job: str
+    job_state: str
+    quota_id: int
+    quota: str
+    fraction: float
+
+
+def gpu_holders(*, quota_ids: Iterable[int] | None = None, node_ids: Iterable[int] | None = None) -> list[GpuHolder]:
+    """Who holds which GPU, one entry per (job, device), by node, device and job: every running
+    or releasing job's placements (of these quotas' jobs, on these nodes, when given) in one query.
+
+    The Nodes page draws its GPU grid from it, the Quota page's Nodes tab the GPUs of a subtree.
+    A fractional replica names its one device with its fraction; a whole replica each device at 1.
+    """
+    placements = ReplicaPlacementRecord.objects.filter(job__state__in=HOLDING_STATES)
+    if quota_ids is not None:
+        placements = placements.filter(job__quota_id__in=list(quota_ids))
+    if node_ids is not None:
+        placements = placements.filter(node_id__in=list(node_ids))
+    rows = placements.values_list(
+        "node_id", "node__name", "devices", "fraction", "job_id", "job__name", "job__state", "job__quota_id",
+        "job__quota__name",
+    )  # fmt: skip
+    holders = [
+        GpuHolder(
+            node_id=node_id,
+            node=node,
+            device=device,
+            job_id=job_id,
+            job=job,
+            job_state=job_state,
+            quota_id=quota_id,
+            quota=quota,
+            fraction=fraction if fraction < 1 else 1.0,
+        )
+        for node_id, node, devices, fraction, job_id, job, job_state, quota_id, quota in rows
+        for device in _devices(devices)
+    ]
+    holders.sort(key=lambda holder: (holder["node_id"], holder["device"], holder["job"], holder["job_id"]))
+    return holders
 
 
 def invariant_violations() -> list[str]:
@@ -553,3 +841,214 @@ def _event_counts(kind: str) -> list[tuple[int, int]]:
     return list(
         JobEvent.objects.filter(kind=kind).values("job_id").annotate(count=Count("id")).values_list("job_id", "count")
     )
+
+
+class QuotaChoice(NamedTuple):
+    """One quota bound to a workspace, as Submit job offers it: usable by this user, or why not."""
+
+    quota: Quota
+    usable: bool
+    why_not: str
+
+
+def submission_quota_choices(*, user: Any, workspace: Any) -> list[QuotaChoice]:
+    """The workspace's bound quotas, each with whether its usable-role rules let `user` submit
+    there. The rules are `check_submission`'s own (workspaces.permissions), caps aside (nothing
+    is asked yet), so the list and a real submission never disagree."""
+    quotas = list(Quota.objects.filter(bindings__workspace=workspace).order_by("name"))
+    refusals = usable_quotas(user=user, workspace=workspace, quotas=quotas)
+    return [
+        QuotaChoice(quota=quota, usable=refusals[quota.pk] is None, why_not=_sentence(refusals[quota.pk] or ""))
+        for quota in quotas
+    ]
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] if text else text
+
+
+def job_page_list(*, queryset: QuerySet[Job]) -> QuerySet[Job]:
+    """What the Jobs page shows of each job: its names and state, no placements (the job page
+    has those), so a page of 50 costs the same queries as a page of 5."""
+    return queryset.select_related("workspace", "quota", "owner").only(
+        "id",
+        "name",
+        "kind",
+        "gpus",
+        "replicas",
+        "priority",
+        "state",
+        "allocated_gpus",
+        "reason_code",
+        "reason_message",
+        "position",
+        "submitted_at",
+        "workspace__name",
+        "quota__name",
+        "owner__username",
+    )
+
+
+# --- the Submit job estimate's snapshot ---------------------------------------------------------
+
+# How long one full read of the cluster may serve the estimates after it. A person typing into
+# Submit job asks for an estimate every few hundred milliseconds; reading 10,000 jobs for each
+# costs more than the engine run itself (docs/benchmarks.md, issue 11). In between, the jobs
+# that changed are read again (a job's `revision` goes up on every change of state or
+# allocation), and any other audited change (a quota, a node) reads everything again.
+ESTIMATE_SNAPSHOT_SECONDS = 10.0
+
+
+@dataclass(slots=True)
+class _EstimateBase:
+    other_changes: Any  # the newest audit record that is not about a job: (id, at), or None
+    built_at: float
+    snapshot: engine.Snapshot
+    index: SnapshotIndex
+    revisions: dict[int, int]
+    by_pk: dict[int, engine.Job]
+
+
+_estimate_base: dict[str, _EstimateBase] = {}
+
+
+def _other_changes() -> Any:
+    """The newest audited change that is not a job's (quotas, nodes, pools, workspaces). Its time
+    comes along so that a fresh database (a test's) never matches an old one's numbers."""
+    from quotas.models import AuditRecord
+
+    return AuditRecord.objects.exclude(object_type="job").order_by("-id").values_list("id", "at").first()
+
+
+def _full_estimate_base(now: datetime, *, leaving_out: str, other_changes: Any) -> _EstimateBase:
+    snapshot, index = build_snapshot(now)
+    index.jobs.pop(leaving_out, None)
+    jobs = tuple(job for job in snapshot.jobs if job.id != leaving_out)
+    return _EstimateBase(
+        other_changes=other_changes,
+        built_at=time.monotonic(),
+        snapshot=replace(snapshot, jobs=jobs),
+        index=index,
+        revisions={seen.pk: seen.revision for seen in index.jobs.values()},
+        by_pk={int(job.id): job for job in jobs},
+    )
+
+
+def _refreshed_estimate_base(base: _EstimateBase, *, leaving_out: int) -> _EstimateBase:
+    """`base` with the live jobs as they are now: those whose revision moved, and new ones, read
+    again; ended ones dropped; the rest kept as they were read."""
+    order = _raw_rows(
+        Job.objects.filter(state__in=ACTIVE_STATES)
+        .exclude(pk=leaving_out)
+        .order_by("submitted_at", "id")
+        .values_list("id", "revision")
+    )
+    changed = [pk for pk, revision in order if base.revisions.get(pk) != revision]
+    if not changed and len(order) == len(base.revisions):
+        return base
+    by_pk = dict(base.by_pk)
+    seen_jobs = {key: seen for key, seen in base.index.jobs.items()}
+    if changed:
+        quota_names = {quota_id: name for name, quota_id in base.index.quota_ids.items()}
+        node_names = {node_id: name for name, node_id in base.index.node_ids.items()}
+        held: dict[int, list[tuple[str, Any, float]]] = defaultdict(list)
+        for job_id, node_id, devices, fraction in _raw_rows(
+            ReplicaPlacementRecord.objects.filter(job_id__in=changed, job__state__in=HOLDING_STATES)
+            .order_by("job_id", "id")
+            .values_list("job_id", "node_id", "devices", "fraction")
+        ):
+            held[job_id].append(
+                (node_names[node_id], devices if isinstance(devices, str) else tuple(devices), fraction)
+            )
+        width = len(_ENGINE_JOB_COLUMNS)
+        for row in _raw_rows(
+            Job.objects.filter(pk__in=changed)
+            .annotate(submitted=_Moment("submitted_at"), started=_Moment("started_at"), evicted=_Moment("evicted_at"))
+            .values_list(
+                *_ENGINE_JOB_COLUMNS, "name", "requeue", "revision", "reason_code", "reason_message", "position"
+            )
+        ):
+            pk = row[0]
+            name, requeue, revision, reason_code, reason_message, position = row[width:]
+            key = job_key(pk)
+            by_pk[pk] = _engine_job(key, row, quota_names[row[_QUOTA_ID]], tuple(held.get(pk, ())))
+            seen_jobs[key] = JobSeen(
+                pk=pk,
+                name=name,
+                state=row[_STATE],
+                revision=revision,
+                quota_id=row[_QUOTA_ID],
+                gpus=row[_GPUS],
+                grace_seconds=row[_GRACE_SECONDS],
+                requeue=bool(requeue),
+                reason_code=reason_code,
+                reason_message=reason_message,
+                position=position,
+            )
+    live = {pk for pk, _revision in order}
+    jobs = tuple(by_pk[pk] for pk, _revision in order if pk in by_pk)
+    index = SnapshotIndex(
+        jobs={key: seen for key, seen in seen_jobs.items() if seen.pk in live},
+        node_ids=base.index.node_ids,
+        quota_ids=base.index.quota_ids,
+        fence_token=base.index.fence_token,
+        fence_generation=base.index.fence_generation,
+    )
+    return _EstimateBase(
+        other_changes=base.other_changes,
+        built_at=base.built_at,
+        snapshot=replace(base.snapshot, jobs=jobs),
+        index=index,
+        revisions=dict(order),
+        by_pk={pk: job for pk, job in by_pk.items() if pk in live},
+    )
+
+
+def estimate_snapshot(now: datetime, *, job_pk: int) -> tuple[engine.Snapshot, SnapshotIndex]:
+    """`build_snapshot` for a dry-run submit of the (saved, to be rolled back) job `job_pk`.
+
+    The cluster is read in full at most every SCHEDULER_ESTIMATE_SNAPSHOT_SECONDS (default
+    ESTIMATE_SNAPSHOT_SECONDS) and whenever an audited change other than a job's happened; in
+    between only the live jobs that changed are read again. The job itself is read every time
+    and goes last, as the newest submission does in `build_snapshot`'s order. An estimate is a
+    forecast, and the submission it precedes meets a fresh cycle.
+    """
+    key = job_key(job_pk)
+    other_changes = _other_changes()
+    base = _estimate_base.get("cluster")
+    reuse_for = float(getattr(settings, "SCHEDULER_ESTIMATE_SNAPSHOT_SECONDS", ESTIMATE_SNAPSHOT_SECONDS))
+    if base is None or base.other_changes != other_changes or time.monotonic() - base.built_at > reuse_for:
+        base = _full_estimate_base(now, leaving_out=key, other_changes=other_changes)
+    else:
+        base = _refreshed_estimate_base(base, leaving_out=job_pk)
+    _estimate_base["cluster"] = base
+    row = _raw_rows(
+        Job.objects.filter(pk=job_pk)
+        .annotate(submitted=_Moment("submitted_at"), started=_Moment("started_at"), evicted=_Moment("evicted_at"))
+        .values_list(*_ENGINE_JOB_COLUMNS, "name", "quota__name")
+    )[0]
+    width = len(_ENGINE_JOB_COLUMNS)
+    name, quota_name = row[width:]
+    index = SnapshotIndex(
+        jobs={**base.index.jobs},
+        node_ids=base.index.node_ids,
+        quota_ids=base.index.quota_ids,
+        fence_token=base.index.fence_token,
+        fence_generation=base.index.fence_generation,
+    )
+    index.jobs[key] = JobSeen(
+        pk=job_pk,
+        name=name,
+        state=row[_STATE],
+        revision=0,
+        quota_id=row[_QUOTA_ID],
+        gpus=row[_GPUS],
+        grace_seconds=row[_GRACE_SECONDS],
+        requeue=True,
+        reason_code="",
+        reason_message="",
+        position=None,
+    )
+    job = _engine_job(key, row[:width], quota_name, ())
+    snapshot = replace(base.snapshot, jobs=(*base.snapshot.jobs, job), now=now.timestamp())
+    return snapshot, index

@@ -24,7 +24,7 @@ from quotas import hooks as quota_hooks
 from quotas.models import Quota
 from scheduling import engine, events, lifecycle, triggers
 from scheduling.clock import get_clock
-from scheduling.cycle import CycleOutcome, converge, run_cycle
+from scheduling.cycle import CycleOutcome, _without_collector_pauses, converge, run_cycle
 from scheduling.models import (
     ACTIVE_STATES,
     FINAL_STATES,
@@ -35,7 +35,7 @@ from scheduling.models import (
     JobKind,
     JobState,
 )
-from scheduling.selectors import build_snapshot, first_cycle_since, job_key, user_gpus_in_use
+from scheduling.selectors import estimate_snapshot, first_cycle_since, job_key, user_gpus_in_use
 from workspaces.models import QuotaBinding, Workspace
 from workspaces.permissions import can, check_submission, denial_reason
 
@@ -289,8 +289,7 @@ def _submit(actor: Actor, submissions: Sequence[JobSubmission], *, name_jobs: bo
             ]
         )
         triggers.request_cycle_on_commit("submit")
-        for job in jobs:
-            _publish_on_commit(job)
+        _publish_on_commit(*jobs)
     return jobs
 
 
@@ -380,8 +379,11 @@ def _naming_job(error: ValidationError | PermissionDenied, label: str) -> Valida
 
 
 def _preview_submission(job: Job, now: Any) -> SubmitPreview:
-    snapshot, index = build_snapshot(now)
-    result = engine.schedule(snapshot)
+    # The Submit job page asks this on every change: the cluster read is reused while nothing
+    # changed (selectors.estimate_snapshot), and the collector pauses as for a real cycle.
+    with _without_collector_pauses():
+        snapshot, index = estimate_snapshot(now, job_pk=job.pk)
+        result = engine.schedule(snapshot)
     key = job_key(job.pk)
     names = {k: seen.name for k, seen in index.jobs.items()}
     admit = next((d for d in result.decisions if isinstance(d, engine.Admit) and d.job_id == key), None)
@@ -423,9 +425,10 @@ def job_summary(job: Job) -> dict[str, Any]:
     return {field_name: getattr(job, field_name) for field_name in JOB_SUMMARY_FIELDS}
 
 
-def _publish_on_commit(job: Job) -> None:
-    event = events.job_event(job)
-    transaction.on_commit(lambda: events.publish(event))
+def _publish_on_commit(*jobs: Job) -> None:
+    # One batch: the live topics of a bulk submission are read back in one go (scheduling.live).
+    batch = [events.job_event(job) for job in jobs]
+    transaction.on_commit(lambda: events.publish_many(batch))
 
 
 def cancel_job(*, actor: Actor, job: Job, dry_run: bool = False) -> Job | DryRun:

@@ -26,6 +26,7 @@ Who may do what:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -162,8 +163,28 @@ def check_submission(
     if getattr(user, "is_superuser", False):
         return
     role = role_of(user, workspace)
-    rules = list(
-        SchedulingRule.objects.filter(workspace=workspace, quota=quota)
+    may_submit = role is None or JOB_SUBMIT in role_capabilities(workspace, role)
+    refusal, admitting = _admission(
+        user, workspace, quota, role=role, may_submit=may_submit, rules=_rules_for(user, workspace, quota=quota)
+    )
+    if refusal is not None:
+        raise PermissionDenied(refusal)
+    if admitting is None:
+        return  # a bound quota without rules is open to every member who may submit
+    _check_caps(
+        admitting,
+        quota=quota,
+        priority=priority,
+        gpus_per_job=gpus_per_job,
+        user_gpus_in_use=user_gpus_in_use,
+        username=user.get_username(),
+    )
+
+
+def _rules_for(user: User, workspace: Workspace, **quota_filter: Any) -> list[SchedulingRule]:
+    """The workspace's rules (of one quota, or all), each knowing whether it names `user`."""
+    return list(
+        SchedulingRule.objects.filter(workspace=workspace, **quota_filter)
         .annotate(
             authorizes_user=Exists(
                 SchedulingRule.authorized_users.through.objects.filter(
@@ -173,26 +194,89 @@ def check_submission(
         )
         .prefetch_related("caps")
     )
+
+
+def _admission(
+    user: User,
+    workspace: Workspace,
+    quota: Quota,
+    *,
+    role: str | None,
+    may_submit: bool,
+    rules: Sequence[SchedulingRule],
+) -> tuple[str | None, list[SchedulingRule] | None]:
+    """(refusal, the rules that admit the user) for one bound quota; no refusal and None for the
+    rules where the quota has no rules at all (open to every member who may submit)."""
     if role is not None:
         refusal = f"role '{role}' may not use {quota.name} in {workspace.name}"
-        if JOB_SUBMIT not in role_capabilities(workspace, role):
-            raise PermissionDenied(refusal)
+        if not may_submit:
+            return refusal, []
         if not rules:
-            return  # a bound quota without rules is open to every member who may submit
+            return None, None
         admitting = [rule for rule in rules if role in rule.roles]
     else:
         refusal = f"non-member '{user.get_username()}' may not use {quota.name} in {workspace.name}"
-        admitting = [rule for rule in rules if rule.non_members or rule.authorizes_user]
-    if not admitting:
-        raise PermissionDenied(refusal)
-    _check_caps(
-        admitting,
-        quota=quota,
-        priority=priority,
-        gpus_per_job=gpus_per_job,
-        user_gpus_in_use=user_gpus_in_use,
-        username=user.get_username(),
+        admitting = [rule for rule in rules if rule.non_members or getattr(rule, "authorizes_user", False)]
+    return (None if admitting else refusal), admitting
+
+
+def usable_quotas(*, user: User, workspace: Workspace, quotas: Sequence[Quota]) -> dict[int, str | None]:
+    """For each of the workspace's bound `quotas`: None where `check_submission`'s role rules let
+    `user` use it, else its refusal. The same rules in three queries however many quotas are
+    bound (Submit job lists them all; S3's workspaces hold 111)."""
+    if not user.is_authenticated:
+        return {quota.pk: "Sign in to submit jobs." for quota in quotas}
+    if getattr(user, "is_superuser", False):
+        return {quota.pk: None for quota in quotas}
+    role = role_of(user, workspace)
+    may_submit = role is None or JOB_SUBMIT in role_capabilities(workspace, role)
+    by_quota: dict[int, list[SchedulingRule]] = {}
+    for rule in _rules_for(user, workspace):
+        by_quota.setdefault(rule.quota_id, []).append(rule)
+    return {
+        quota.pk: _admission(
+            user, workspace, quota, role=role, may_submit=may_submit, rules=by_quota.get(quota.pk, [])
+        )[0]
+        for quota in quotas
+    }
+
+
+def submittable_workspaces(user: User | None) -> QuerySet[Workspace]:
+    """Workspaces where the user may submit at all: holding `job.submit` as a member, or as a
+    non-member named in (or let in by) a rule. Unlike restrict(..., "submit") a visitor's
+    workspace is not among them, so pages offer Submit only where it can succeed."""
+    if user is None or not user.is_authenticated:
+        return Workspace.objects.none()
+    if getattr(user, "is_superuser", False):
+        return Workspace.objects.all()
+    return Workspace.objects.filter(
+        _holds(user, "pk", JOB_SUBMIT) | (~_member(user, "pk") & (_authorized(user, "pk") | _open_to_non_members("pk")))
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SubmissionCaps:
+    """The strictest caps that apply to one user's job at one priority; None: no cap."""
+
+    per_job: float | None
+    per_user: float | None
+
+
+def submission_caps(*, user: User, workspace: Workspace, quota: Quota, priority: int) -> SubmissionCaps:
+    """The caps `check_submission` would hold a job of this priority to, for showing them
+    before submitting; no caps for platform admins or where no rule admits the user."""
+    if not user.is_authenticated or getattr(user, "is_superuser", False):
+        return SubmissionCaps(per_job=None, per_user=None)
+    role = role_of(user, workspace)
+    refusal, admitting = _admission(
+        user, workspace, quota, role=role, may_submit=True, rules=_rules_for(user, workspace, quota=quota)
+    )
+    if refusal is not None or admitting is None:
+        return SubmissionCaps(per_job=None, per_user=None)
+    covering = [cap for rule in admitting for cap in rule.caps.all() if cap.covers(priority)]
+    per_job = [cap.max_gpus_per_job for cap in covering if cap.max_gpus_per_job is not None]
+    per_user = [cap.max_gpus_per_user for cap in covering if cap.max_gpus_per_user is not None]
+    return SubmissionCaps(per_job=min(per_job) if per_job else None, per_user=min(per_user) if per_user else None)
 
 
 def _check_caps(

@@ -43,3 +43,9 @@ def quota_binding_blocker(quota: Quota) -> str | None:
 def bound_workspace_names(*, quota: Quota) -> list[str]:
     """The workspaces bound to a quota, by name, for the quota's Overview."""
     return list(quota.bindings.order_by("workspace__name").values_list("workspace__name", flat=True))
+
+
+def custom_roles(*, workspace: Workspace) -> list[dict[str, Any]]:
+    """The workspace's custom roles with how many members hold each (two queries)."""
+    holders = dict(workspace.memberships.values("role").annotate(count=Count("pk")).values_list("role", "count"))
+    return [{"role": role, "holders": holders.get(role.name, 0)} for role in workspace.custom_roles.order_by("name")]

@@ -20,6 +20,7 @@ from django.db.models import ProtectedError
 
 from quotas import audit, bounds
 from quotas.models import Quota
+from workspaces.access import notify_access_changed
 from workspaces.models import (
     CAPABILITIES,
     CAPABILITY_CODENAMES,
@@ -218,6 +219,7 @@ def change_member_role(*, actor: Actor, membership: Membership, role: str) -> Me
     membership.role = role
     membership.save(update_fields=["role"])
     _grant(membership)
+    notify_access_changed(user_ids=[membership.user_id])
     audit.record(
         actor=actor,
         action="workspace.change_member_role",
@@ -237,6 +239,8 @@ def remove_member(*, actor: Actor, membership: Membership) -> None:
     before = {"user": membership.user.get_username(), "role": membership.role}
     WorkspaceUserPermission.objects.filter(content_object=workspace, user_id=membership.user_id).delete()
     membership.delete()
+    # The removed member's open pages stop receiving this workspace's jobs within seconds.
+    notify_access_changed(user_ids=[membership.user_id])
     audit.record(
         actor=actor,
         action="workspace.remove_member",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db.models import QuerySet
@@ -231,6 +232,47 @@ class NodeViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
         """A new token for the node's agent (AGENT.md), shown this once; the old one stops working."""
         token = node_agents.issue_node_token(actor=request.user, node=self.get_object())
         return Response({"token": token}, status=status.HTTP_201_CREATED)
+
+    def _change_schedulability(self, request: Request, change: Callable[..., Node | services.DryRunResult]) -> Response:
+        serializer = DryRunFlagSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        dry_run = _dry_run(request, dict(serializer.validated_data))
+        outcome = change(actor=request.user, node=self.get_object(), dry_run=dry_run)
+        if isinstance(outcome, Node):
+            return self._represent(outcome)
+        return Response(outcome)
+
+    @extend_schema(
+        request=DryRunFlagSerializer,
+        parameters=[DRY_RUN_PARAMETER],
+        responses={200: _or_dry_run(NodeSerializer, "NodeOrDryRun")},
+    )
+    @action(detail=True, methods=["post"])
+    def cordon(self, request: Request, pk: str | None = None) -> Response:
+        """Place no new job on the node (state `cordoned`); its jobs run on. Its idle GPUs leave the
+        capacity that fair share divides. A `dry_run` previews the next cycle."""
+        return self._change_schedulability(request, services.cordon_node)
+
+    @extend_schema(
+        request=DryRunFlagSerializer,
+        parameters=[DRY_RUN_PARAMETER],
+        responses={200: _or_dry_run(NodeSerializer, "NodeOrDryRun")},
+    )
+    @action(detail=True, methods=["post"])
+    def drain(self, request: Request, pk: str | None = None) -> Response:
+        """Cordon the node and evict every job on it (rule `drain`), each after its grace period,
+        back to the queue to run elsewhere. A `dry_run`'s preview lists the jobs evicted."""
+        return self._change_schedulability(request, services.drain_node)
+
+    @extend_schema(
+        request=DryRunFlagSerializer,
+        parameters=[DRY_RUN_PARAMETER],
+        responses={200: _or_dry_run(NodeSerializer, "NodeOrDryRun")},
+    )
+    @action(detail=True, methods=["post"])
+    def uncordon(self, request: Request, pk: str | None = None) -> Response:
+        """A cordoned or draining node takes new jobs again (state `ready`)."""
+        return self._change_schedulability(request, services.uncordon_node)
 
 
 class AuditLogViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):  # type: ignore[type-arg]

@@ -64,7 +64,9 @@ class Cluster:
         self.names = [node.name for node in nodes]
         self.index = {name: i for i, name in reversed(list(enumerate(self.names)))}
         self.gpus = [max(0, node.gpus) for node in nodes]
-        self.ready = [node.ready for node in nodes]
+        # "ready" here is "takes new placements": a cordoned or draining node keeps what runs on
+        # it (occupy_initial) but offers no free GPU to anyone.
+        self.ready = [node.placeable for node in nodes]
         self.dev_free = [[MILLI] * g for g in self.gpus]
         self.cpu_free = [float(n.cpu) if n.cpu > 0 else math.inf for n in nodes]
         self.mem_free = [float(n.memory_gib) if n.memory_gib > 0 else math.inf for n in nodes]

@@ -373,8 +373,32 @@ def fractional_nodes(tree: QuotaTree, jobs: Iterable[Job]) -> list[bool]:
     return flags
 
 
-def ready_capacity(snapshot: Snapshot) -> int:
-    return sum(node.gpus for node in snapshot.nodes if node.ready) * MILLI
+def cluster_capacity(snapshot: Snapshot) -> int:
+    """Milli-GPUs that fair share divides: every GPU of a node that takes new placements, and of
+    a cordoned or draining node only what its jobs hold now.
+
+    A cordoned node's idle GPUs are not available for new work (as in Kueue and KAI-Scheduler),
+    so dividing them would promise shares that nobody can be given. The GPUs its jobs still
+    hold do count: left out, those jobs would push their quotas over a fair share worked out on
+    a cluster without them, and make them reclaim victims for nothing. As the jobs leave (a
+    drain), the capacity shrinks with them. A node that is not ready counts for nothing.
+    """
+    total = sum(node.gpus for node in snapshot.nodes if node.placeable) * MILLI
+    cordoned = {node.name for node in snapshot.nodes if node.ready and not node.placeable}
+    if not cordoned:
+        return total
+    held: dict[tuple[str, int], int] = {}
+    for job in snapshot.jobs:
+        if job.state == PENDING:
+            continue
+        for placement in job.placements:
+            if placement.node not in cordoned:
+                continue
+            milli = to_milli(placement.fraction) if placement.fraction < 1 else MILLI
+            for device in placement.devices:
+                key = (placement.node, device)
+                held[key] = min(MILLI, held.get(key, 0) + milli)
+    return total + sum(held.values())
 
 
 def fair_shares(snapshot: Snapshot) -> dict[str, float]:
@@ -383,7 +407,7 @@ def fair_shares(snapshot: Snapshot) -> dict[str, float]:
     tree = QuotaTree(snapshot.quotas, owners)
     request = subtree_requests(tree, requests_by_leaf(tree, snapshot.jobs))
     fractional = fractional_nodes(tree, snapshot.jobs)
-    share = divide(tree, request, ready_capacity(snapshot), fractional)
+    share = divide(tree, request, cluster_capacity(snapshot), fractional)
     return {tree.names[i]: share[i] / MILLI for i in range(len(tree))}
 
 
@@ -392,6 +416,7 @@ __all__ = [
     "NO_LIMIT",
     "PENDING",
     "QuotaTree",
+    "cluster_capacity",
     "divide",
     "fair_shares",
     "job_replica_milli",

@@ -30,6 +30,7 @@ PREEMPT: Final = "preempt"
 CHILD_PREEMPTION: Final = "child_preemption"
 SAME_LEVEL: Final = "same_level"
 SHRINK: Final = "shrink"
+DRAIN: Final = "drain"  # an admin drains the node: every job on it goes, whatever its kind
 
 # Reason codes of a pending job (SCHEDULING.md §5, docs/scheduling.md).
 QUOTA_LIMIT: Final = "quota_limit"
@@ -55,13 +56,26 @@ REASON_CODES: Final = (
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """A node of the pool. cpu / memory_gib of 0 mean "not tracked" (no CPU/memory fit check)."""
+    """A node of the pool. cpu / memory_gib of 0 mean "not tracked" (no CPU/memory fit check).
+
+    `ready` is the node being up: a node that is not ready is outside the cluster (the runtime
+    releases what ran there). `schedulable` False is a cordoned node: up, its running jobs stay,
+    but nothing new is placed on it (Kubernetes' `unschedulable`). `draining` is cordoned with
+    its jobs evicted, each after its grace period (rule `drain`).
+    """
 
     name: str
     gpus: int
     cpu: float = 0
     memory_gib: float = 0
     ready: bool = True
+    schedulable: bool = True
+    draining: bool = False
+
+    @property
+    def placeable(self) -> bool:
+        """Takes new placements: up, not cordoned, not draining."""
+        return self.ready and self.schedulable and not self.draining
 
 
 @dataclass(frozen=True, slots=True)

@@ -237,7 +237,7 @@ class SimulatedExecutor:
                     published.append(events.job_event(job, JobState.SUCCEEDED))
                 audit.record_all(records)
                 triggers.request_cycle_on_commit("finish")
-                transaction.on_commit(lambda: [events.publish(event) for event in published])
+                transaction.on_commit(lambda: events.publish_many(published))
         except _Raced:
             logger.warning(
                 "finish of %d job(s) rolled back: a job changed under the lock; next tick retries", len(jobs)

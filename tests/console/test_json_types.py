@@ -37,6 +37,10 @@ def admin_api(admin_client_api: APIClient) -> APIClient:
         ("/api/v1/nodes/", {**NODE, "labels": {"zone": 0}}, "labels", "label 'zone' must be a string."),
         ("/api/v1/nodes/", {**NODE, "labels": []}, "labels", "labels must be an object, got a list."),
         ("/api/v1/workspaces/", {**WORKSPACE, "quotas": {}}, "quotas", "quotas must be a list, got an object."),
+        # PostgreSQL can neither store nor compare NUL: a lookup by such a name was a 500 there.
+        ("/api/v1/quotas/transfer/", {"from": "Kr]\x004", "to": "Quota1.2", "gpus": 1}, "from", "NUL character"),
+        ("/api/v1/quotas/", {**QUOTA, "parent": "Quota1\x00"}, "parent", "must not contain the NUL character"),
+        ("/api/v1/workspaces/", {**WORKSPACE, "quotas": ["Quota1\x00"]}, "quotas", "NUL character"),
     ],
 )
 def test_a_value_of_the_wrong_json_kind_is_refused_naming_the_field(
@@ -74,3 +78,13 @@ def test_dry_run_in_the_query_takes_only_true_or_false(admin_api: APIClient) -> 
 def test_a_text_filter_may_be_empty(admin_api: APIClient) -> None:
     # An empty string is a string: the schema allows it for a text filter, so it means "no filter".
     assert admin_api.get("/api/v1/quotas/?name=").json()["count"] == 3
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/v1/nope/", "/api/v1/workspaces/%C3%8C/roles/%C3%94%0A/", "/api/v2/", "/api/%0A"]
+)
+def test_an_address_under_api_that_names_nothing_is_a_json_404(admin_client_api: APIClient, path: str) -> None:
+    answer = admin_client_api.get(path)
+    assert answer.status_code == 404
+    assert answer["Content-Type"] == "application/json"
+    assert answer.json()["detail"].startswith("There is no API endpoint at /api/")

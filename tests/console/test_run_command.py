@@ -64,8 +64,8 @@ def _health(port: int) -> tuple[int, dict[str, str]]:
         return 0, {}
 
 
-@pytest.fixture
-def launched(tmp_path: Path) -> Iterator[Launched]:
+def _launch(tmp_path: Path, **extra_env: str) -> Launched:
+    """The launcher in a fresh copy of the working tree (no var/, no .venv), as `bin/run` starts it."""
     checkout = _fresh_checkout(tmp_path / "checkout")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "PYTEST_XDIST_WORKER"}}
@@ -76,6 +76,7 @@ def launched(tmp_path: Path) -> Iterator[Launched]:
             "PYTHONUNBUFFERED": "1",
             "HEARTBEAT_SECONDS": "2",
             "SCHEDULER_BEAT_SECONDS": "2",
+            **extra_env,
         }
     )
     log = tmp_path / "launcher.log"
@@ -88,13 +89,22 @@ def launched(tmp_path: Path) -> Iterator[Launched]:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    launched = Launched(process=process, port=port, checkout=checkout, log=log)
+    return Launched(process=process, port=port, checkout=checkout, log=log)
+
+
+def _kill(launched: Launched) -> None:
+    if launched.process.poll() is None:
+        os.killpg(launched.process.pid, signal.SIGKILL)
+        launched.process.wait()
+
+
+@pytest.fixture
+def launched(tmp_path: Path) -> Iterator[Launched]:
+    launched = _launch(tmp_path)
     try:
         yield launched
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        _kill(launched)
 
 
 def _wait_healthy(launched: Launched) -> dict[str, str]:
@@ -195,3 +205,73 @@ def test_unreachable_redis_stops_the_start_with_one_sentence(tmp_path: Path) -> 
     assert result.returncode == 2
     assert result.stderr.strip().startswith(f"console: error: Redis at redis://127.0.0.1:{port}/0 does not answer")
     assert "Traceback" not in result.stderr
+
+
+RUNNING_LINE = "(web, worker, beat running; Ctrl-C stops all)"
+
+
+def _wait_for_running_line(launched: Launched) -> None:
+    deadline = time.monotonic() + HEALTHY_WITHIN_SECONDS
+    while time.monotonic() < deadline:
+        if RUNNING_LINE in launched.output():
+            return
+        if launched.process.poll() is not None:
+            pytest.fail(f"the launcher exited with {launched.process.returncode}:\n{launched.output()[-4000:]}")
+        time.sleep(0.05)
+    pytest.fail(f"the launcher never said it was running:\n{launched.output()[-4000:]}")
+
+
+def test_says_running_only_when_healthz_is_ok_and_a_clean_start_logs_no_traceback(launched: Launched) -> None:
+    assert not (launched.checkout / "var").exists()  # a fresh clone
+    _wait_for_running_line(launched)
+    # At once, no retry: "running" is said only after the launcher saw /healthz ok.
+    status, body = _health(launched.port)
+    assert (status, body.get("status")) == (200, "ok"), body
+    time.sleep(3)  # beat's first cycles and the worker's first tasks, whose logs would show a traceback
+    output = launched.output()
+    assert "Traceback" not in output, output[-6000:]
+    assert "corrupted" not in output
+    assert "CRITICAL" not in output
+    assert not list(launched.checkout.glob("**/celerybeat-schedule*")), "beat keeps its schedule in memory"
+
+
+POSTGRES_ADMIN_URL = "postgres://postgres@127.0.0.1:5432/postgres"
+
+
+@pytest.fixture
+def fresh_postgres_url() -> Iterator[str]:
+    """A new, empty PostgreSQL database on the machine's server, dropped afterwards."""
+    import uuid
+
+    import psycopg
+
+    name = f"console_launch_{uuid.uuid4().hex[:12]}"
+    try:
+        admin = psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as error:
+        pytest.skip(f"PostgreSQL is not reachable at 127.0.0.1:5432: {error}")
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield f"postgres://postgres@127.0.0.1:5432/{name}"
+        finally:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_a_fresh_clone_with_database_url_set_comes_up_healthy(tmp_path: Path, fresh_postgres_url: str) -> None:
+    """bin/run on a fresh clone with DATABASE_URL: no var/ directory (only the SQLite default makes it)."""
+    launched = _launch(tmp_path, DATABASE_URL=fresh_postgres_url)
+    try:
+        assert not (launched.checkout / "var").exists()
+        _wait_for_running_line(launched)
+        assert _health(launched.port) == (
+            200,
+            {"status": "ok", "database": "ok", "redis": "ok", "worker": "ok", "beat": "ok"},
+        )
+        with urllib.request.urlopen(f"http://127.0.0.1:{launched.port}/login/", timeout=5) as page:
+            assert b"Sign in" in page.read()
+        assert "Traceback" not in launched.output()
+        launched.process.send_signal(signal.SIGINT)
+        assert launched.process.wait(timeout=60) == 0
+    finally:
+        _kill(launched)

@@ -122,6 +122,8 @@ def test_a_guarantee_is_bounded_before_the_pool_is_asked(admin_client_api: APICl
         ("limit=1001", "limit must be from 1 to 1,000, got 1001."),
         ("limit=0", "limit must be from 1 to 1,000, got 0."),
         ("offset=false", "offset must be a whole number, got 'false'."),
+        ("limit=", "limit must be a whole number, got ''."),
+        ("offset=", "offset must be a whole number, got ''."),
         ("offset=-1", "offset must be a whole number, got '-1'."),
         ("offset=1000000001", "offset must be from 0 to 1,000,000,000, got 1000000001."),
     ],

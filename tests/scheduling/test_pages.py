@@ -79,7 +79,12 @@ def test_a_team_member_follows_their_jobs_and_cancels_one(
     page.get_by_role("link", name="train-b").click()
     expect(page.get_by_test_id("job-state")).to_have_text("Running")
     expect(page.get_by_test_id("job-events")).to_contain_text("Submitted")
-    page.get_by_role("button", name="Cancel job").click()
+    # Cancel previews first (the page kit): what the freed GPUs would admit, then Confirm.
+    page.get_by_role("link", name="Cancel job").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_role("button", name="Preview").click()
+    expect(dialog.get_by_text("Preview: what would change")).to_be_visible()
+    dialog.get_by_role("button", name="Confirm: cancel job").click()
     expect(page.get_by_text("Job train-b cancelled; its GPUs are free.")).to_be_visible()
     expect(page.get_by_test_id("job-state")).to_have_text("Cancelled")
     assert Job.objects.get(name="train-b").state == "cancelled"

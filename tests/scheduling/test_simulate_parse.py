@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduling.scenarios import (
+from scheduling.simulate import (
     AdvanceStep,
     CheckpointStep,
     EndJobStep,

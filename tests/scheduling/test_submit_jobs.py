@@ -184,7 +184,8 @@ def test_a_batch_asks_for_one_cycle_and_publishes_each_job(
     requests: list[str] = []
     published: list[dict[str, Any]] = []
     monkeypatch.setattr(triggers, "request_cycle", lambda reason: requests.append(reason) or True)
-    monkeypatch.setattr(services.events, "publish", lambda event: published.append(event) or True)
+    # One batch for the commit (its live topics are read back together), each job an event in it.
+    monkeypatch.setattr(services.events, "publish_many", lambda batch: published.extend(batch) or True)
 
     with django_capture_on_commit_callbacks(execute=True):
         jobs = services.submit_jobs(actor=None, submissions=[submission(cluster, f) for f in SUBMISSIONS])

@@ -262,6 +262,7 @@ QUOTA_EXPECTED = {
     "quota-foreign-patch": foreign(200),
 }
 
+
 @pytest.mark.parametrize(("endpoint", "persona", "expected"), matrix_cases(QUOTA_ENDPOINTS, QUOTA_EXPECTED))
 def test_quota_endpoints(
     world: PermissionWorld,

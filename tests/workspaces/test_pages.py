@@ -108,9 +108,45 @@ def test_the_tab_shows_what_is_wrong_and_changes_nothing(world: PermissionWorld)
     assert services.scheduling_config(world.own) == before
 
 
+def test_a_refusal_names_the_rule_and_field_in_words_beside_the_field(world: PermissionWorld) -> None:
+    post = _rule_post("Quota1.1", ["developer"], "9-3 job=4", "nobody")
+    # An empty first row is dropped before saving: the refused rule is still called by its row, 2.
+    post.update(
+        {
+            "form-TOTAL_FORMS": "2",
+            "form-1-quota": "Quota1.1",
+            "form-1-roles": ["developer"],
+            "form-1-authorized_users": "nobody",
+            "form-1-caps": "9-3 job=4",
+            "form-0-quota": "",
+        }
+    )
+    body = _client(world, "workspace_admin").post(f"/workspaces/{world.own.pk}/scheduling/", post).content.decode()
+    assert "Rule 2, authorized users: unknown users: nobody" in body
+    assert "Rule 2, cap 1, lowest priority: priority_min 9 is above priority_max 3" in body
+    assert "rules[" not in body
+    # Also beside the field, in the row's own error list.
+    errors_then_input = body.index("unknown users: nobody</li></ul><input")
+    assert body.index('id="id_form-1-authorized_users"') > errors_then_input
+
+
+def test_every_rule_control_has_a_label_tied_to_it(world: PermissionWorld) -> None:
+    body = _client(world, "workspace_admin").get(f"/workspaces/{world.own.pk}/scheduling/").content.decode()
+    for field, words in (
+        ("quota", "quota"),
+        ("roles", "usable roles"),
+        ("authorized_users", "authorized users"),
+        ("caps", "caps"),
+    ):
+        assert f'<label class="visually-hidden" for="id_form-0-{field}">Rule 1, {words}</label>' in body
+    # PAI's multi-select: basic roles, custom roles and Non-Workspace Members in one control.
+    assert '<option value="__non_members__">Non-Workspace Members</option>' in body
+    assert '<optgroup label="Custom roles">' in body
+
+
 def test_a_developer_may_read_the_tab_but_not_save_it(world: PermissionWorld) -> None:
     client = _client(world, "developer")
-    assert 'type="submit">Save rules' not in client.get(f"/workspaces/{world.own.pk}/scheduling/").content.decode()
+    assert 'value="1">Save</button>' not in client.get(f"/workspaces/{world.own.pk}/scheduling/").content.decode()
     answer = client.post(f"/workspaces/{world.own.pk}/scheduling/", _rule_post("Quota1.1", ["developer"], ""))
     assert answer.status_code == 403
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scheduling.scenarios import Checkpoint, ScenarioError, format_checkpoint, load_scenario, play, throwaway_database
+from scheduling.simulate import Checkpoint, ScenarioError, format_checkpoint, load_scenario, play, throwaway_database
 
 BAD_SCENARIO_EXIT = 2
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 
 from scheduling.engine import Job, Node, Quota, ReplicaPlacement, Snapshot, schedule
-from scheduling.engine import cycle as engine_cycle
+from scheduling.engine import bounds as engine_bounds
 from scheduling.engine.simulate import converge
 from tests.scheduling.engine.helpers import nodes, quotas
 
@@ -23,7 +23,7 @@ def test_a_hopeless_search_at_the_head_does_not_starve_an_entitled_job(monkeypat
     """b borrows the whole pool, with a non-preemptible replica on every node. a-big (first in
     the queue, within a's guarantee) needs a whole node: no victims can make one. c-small,
     behind it, needs 4 GPUs within c's guarantee: reclaiming one of b's trainings makes room."""
-    monkeypatch.setattr(engine_cycle, "MAX_VICTIM_SEARCHES", 1)
+    monkeypatch.setattr(engine_bounds, "MAX_VICTIM_SEARCHES", 1)
     tree = quotas(("org", None, 24), ("a", "org", 8), ("b", "org", 8), ("c", "org", 8))
     running: list[Job] = []
     for n in (1, 2, 3):
@@ -81,10 +81,10 @@ def test_with_tight_bounds_the_queue_settles_where_an_unbounded_cycle_has_nothin
     tree = [Quota(f"r{r}", None, 32, created_order=r * 5) for r in range(3)]
     tree += [Quota(f"r{r}.{c}", f"r{r}", 8, created_order=r * 5 + c + 1) for r in range(3) for c in range(4)]
     snapshot = Snapshot(tuple(Node(f"n{n}", 8) for n in range(12)), tuple(tree), (), now=0.0)
-    monkeypatch.setattr(engine_cycle, "MAX_VICTIM_SEARCHES", 2)
+    monkeypatch.setattr(engine_bounds, "MAX_VICTIM_SEARCHES", 2)
     for burst in bursts_of_mixed_jobs(seed):
         snapshot = replace(snapshot, jobs=snapshot.jobs + burst)
         snapshot, _results = converge(snapshot, max_cycles=200)
-    monkeypatch.setattr(engine_cycle, "MAX_VICTIM_SEARCHES", 10**6)
-    monkeypatch.setattr(engine_cycle, "MAX_FAILED_CANDIDATES", 10**9)
+    monkeypatch.setattr(engine_bounds, "MAX_VICTIM_SEARCHES", 10**6)
+    monkeypatch.setattr(engine_bounds, "MAX_FAILED_CANDIDATES", 10**9)
     assert schedule(snapshot).decisions == ()

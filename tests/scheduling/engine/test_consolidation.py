@@ -150,7 +150,8 @@ def test_runtime_burst_snapshots(path: Path) -> None:
 
 
 def test_moves_listed_after_whoever_leaves_their_target() -> None:
-    from scheduling.engine.cycle import Session
+    from scheduling.engine.actions.consolidate import ordered_moves
+    from scheduling.engine.session import Session
 
     nodes = (Node("n0", 2), Node("n1", 2))
     jobs = (
@@ -160,6 +161,6 @@ def test_moves_listed_after_whoever_leaves_their_target() -> None:
     session = Session(Snapshot(nodes, (Quota("team", None, 4),), jobs, now=10.0))
     a_onto_b = (0, [(0, (1,), 1000)])
     b_away = (1, [(1, (0,), 1000)])
-    assert session._apply_order([a_onto_b, b_away]) == [b_away, a_onto_b]
+    assert ordered_moves(session, [a_onto_b, b_away]) == [b_away, a_onto_b]
     b_onto_a = (1, [(0, (0,), 1000)])
-    assert session._apply_order([a_onto_b, b_onto_a]) is None  # a swap: dropped
+    assert ordered_moves(session, [a_onto_b, b_onto_a]) is None  # a swap: dropped

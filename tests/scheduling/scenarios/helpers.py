@@ -17,6 +17,4 @@ def states(checkpoint: dict[str, Any], *names: str) -> dict[str, str]:
 
 
 def jobs_in(checkpoint: dict[str, Any], prefix: str, state: str) -> list[str]:
-    return [
-        name for name, job in checkpoint["jobs"].items() if name.startswith(prefix) and job["state"] == state
-    ]
+    return [name for name, job in checkpoint["jobs"].items() if name.startswith(prefix) and job["state"] == state]

@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('quotas', '0003_agent'),
-        ('scheduling', '0001_initial'),
+        ('scheduling', '0002_allocation_sample'),
     ]
 
     operations = [

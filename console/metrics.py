@@ -1,0 +1,123 @@
+"""`/metrics`: Prometheus text with Kueue-shaped names (docs/live.md), read from the database at
+scrape time by a custom collector (scheduling.selectors.metrics_figures, constant queries), so
+every web process answers the same figures and nothing is kept in memory between scrapes.
+
+Kueue's names, with `gqc_` for `kueue_` and `cluster_queue` naming the quota:
+
+- `gqc_pending_workloads{cluster_queue}`, `gqc_admitted_active_workloads{cluster_queue}`;
+- `gqc_cluster_queue_nominal_quota`, `…_fair_share`, `…_resource_usage`, `…_borrowing`
+  (`{cluster_queue, resource="nvidia.com/gpu"}`, in GPUs; usage counts the quota's subtree);
+- `gqc_preempted_workloads_total{cluster_queue, reason}` (reason: the engine's rule);
+- `gqc_cycle_duration_seconds` and `gqc_admission_wait_time_seconds`, histograms.
+
+DCGM's per-GPU metrics (DCGM_FI_DEV_GPU_UTIL, …_FB_USED) need per-GPU telemetry, which the
+console does not record yet; they are left out.
+
+Access: with METRICS_TOKEN set, `Authorization: Bearer <token>`; unset, loopback clients only.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Iterator
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.cache import never_cache
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from scheduling import selectors
+from scheduling.clock import get_clock
+from scheduling.models import JobState
+
+GPU = "nvidia.com/gpu"
+
+
+class SchedulerCollector(Collector):
+    """Reads the scheduler's figures on every scrape."""
+
+    def collect(self) -> Iterator[Metric]:
+        figures = selectors.metrics_figures(now=get_clock().now())
+        pending = GaugeMetricFamily("gqc_pending_workloads", "Jobs waiting in the quota.", labels=["cluster_queue"])
+        admitted = GaugeMetricFamily(
+            "gqc_admitted_active_workloads",
+            "Jobs holding GPUs in the quota (running or releasing).",
+            labels=["cluster_queue"],
+        )
+        counts: dict[str, dict[str, int]] = {}
+        for quota, state, count in figures["jobs_by_quota_state"]:
+            counts.setdefault(quota, {})[state] = count
+        for quota, _guaranteed, _status in figures["quotas"]:
+            counts.setdefault(quota, {})  # every quota has a series, 0 when it has no jobs
+        for quota, by_state in sorted(counts.items()):
+            pending.add_metric([quota], by_state.get(JobState.PENDING, 0))
+            admitted.add_metric([quota], by_state.get(JobState.RUNNING, 0) + by_state.get(JobState.RELEASING, 0))
+        yield pending
+        yield admitted
+
+        labels = ["cluster_queue", "resource"]
+        nominal = GaugeMetricFamily("gqc_cluster_queue_nominal_quota", "The quota's guaranteed GPUs.", labels=labels)
+        fair = GaugeMetricFamily("gqc_cluster_queue_fair_share", "The quota's fair share of GPUs now.", labels=labels)
+        usage = GaugeMetricFamily("gqc_cluster_queue_resource_usage", "GPUs the quota's subtree holds.", labels=labels)
+        borrowing = GaugeMetricFamily(
+            "gqc_cluster_queue_borrowing",
+            "GPUs held beyond the guarantee (borrowed from idle quotas).",
+            labels=labels,
+        )
+        for quota, guaranteed, status in figures["quotas"]:
+            nominal.add_metric([quota, GPU], guaranteed)
+            fair.add_metric([quota, GPU], status["fair_share"])
+            usage.add_metric([quota, GPU], status["allocated"])
+            borrowing.add_metric([quota, GPU], max(0.0, status["allocated"] - guaranteed))
+        yield from (nominal, fair, usage, borrowing)
+
+        preempted = CounterMetricFamily(
+            "gqc_preempted_workloads",
+            "Evictions of the quota's jobs, by the rule that evicted them.",
+            labels=["cluster_queue", "reason"],
+        )
+        for quota, rule, count in figures["preemptions"]:
+            preempted.add_metric([quota, rule], count)
+        yield preempted
+
+        for name, documentation, histogram in (
+            ("gqc_cycle_duration_seconds", "Committed scheduling cycles, by duration.", figures["cycle_duration"]),
+            ("gqc_admission_wait_time_seconds", "From submission to each admission.", figures["admission_wait"]),
+        ):
+            buckets = [(_bound(bound), count) for bound, count in histogram["buckets"]]
+            buckets.append(("+Inf", histogram["count"]))
+            yield HistogramMetricFamily(name, documentation, buckets=buckets, sum_value=histogram["sum"])
+
+
+def _bound(seconds: float) -> str:
+    return f"{seconds:g}"
+
+
+def scrape_allowed(request: HttpRequest) -> bool:
+    """METRICS_TOKEN set: the bearer token, compared in constant time. Unset: loopback only."""
+    token: str = getattr(settings, "METRICS_TOKEN", "")
+    if token:
+        header = request.headers.get("Authorization", "")
+        scheme, _, offered = header.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(offered.strip().encode(), token.encode())
+    try:
+        return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback
+    except ValueError:
+        return False
+
+
+@never_cache
+def metrics(request: HttpRequest) -> HttpResponse:
+    if not scrape_allowed(request):
+        why = (
+            "send Authorization: Bearer <METRICS_TOKEN>"
+            if getattr(settings, "METRICS_TOKEN", "")
+            else "only loopback clients may scrape while METRICS_TOKEN is unset"
+        )
+        return HttpResponse(f"/metrics refused: {why}.\n", status=403, content_type="text/plain; charset=utf-8")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SchedulerCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

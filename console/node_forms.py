@@ -1,0 +1,71 @@
+"""Forms of the Nodes page's actions. Shape only, within quotas/bounds.py; the inventory's rules
+(unique names, the roots' guarantees still covered by fewer GPUs) are the service's, and the page
+kit puts its refusals beside the same fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from console.quota_forms import _amount_field, _AmountsForm
+from quotas import bounds
+
+
+def labels_text(labels: dict[str, Any]) -> str:
+    """A node's labels as the form shows them: one `name=value` a line."""
+    return "\n".join(f"{key}={value}" for key, value in sorted(labels.items()))
+
+
+class NodeForm(_AmountsForm):
+    """Add node and Edit node: what the inventory says of a machine (its state has its own actions)."""
+
+    name = forms.CharField(label="Name", max_length=bounds.NAME_MAX_LENGTH)
+    gpus = forms.IntegerField(
+        label="GPUs",
+        min_value=0,
+        max_value=bounds.NODE_GPUS_MAX,
+        error_messages={
+            "required": "GPUs is required.",
+            "invalid": "GPUs must be a whole number of devices, such as 8.",
+            "min_value": "GPUs must be at least 0.",
+            "max_value": f"GPUs must be at most {bounds.NODE_GPUS_MAX} (the most a node holds).",
+        },
+    )
+    gpu_model = forms.CharField(
+        label="GPU model", max_length=bounds.GPU_MODEL_MAX_LENGTH, required=False, help_text="Such as H100-80GB."
+    )
+    cpu = _amount_field("CPU cores", maximum=bounds.NODE_CPU_MAX, required=False, help_text="Empty or 0: not tracked.")
+    memory_gib = _amount_field(
+        "Memory (GiB)", maximum=bounds.NODE_MEMORY_GIB_MAX, required=False, help_text="Empty or 0: not tracked."
+    )
+    labels = forms.CharField(
+        label="Labels",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="One name=value a line, such as zone=eu-1.",
+    )
+
+    def clean_cpu(self) -> float:
+        return float(self.cleaned_data.get("cpu") or 0)
+
+    def clean_memory_gib(self) -> float:
+        return float(self.cleaned_data.get("memory_gib") or 0)
+
+    def clean_labels(self) -> dict[str, str]:
+        labels: dict[str, str] = {}
+        text = str(self.cleaned_data.get("labels") or "")
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            key, equals, value = line.partition("=")
+            if not equals or not key.strip():
+                raise forms.ValidationError(f"Line {number} must read name=value, got {line.strip()[:40]!r}.")
+            labels[key.strip()] = value.strip()
+        if len(labels) > bounds.NODE_LABELS_MAX:
+            raise forms.ValidationError(f"At most {bounds.NODE_LABELS_MAX} labels, got {len(labels)}.")
+        return labels
+
+
+class StateChangeForm(forms.Form):
+    """Nothing to fill in: Preview shows what the next cycle would do, Confirm does it."""

@@ -1,0 +1,86 @@
+"""Reads of the live socket: which topics a user may hear, and whether the socket's sign-in holds.
+
+Every check goes through the pages' and the API's `restrict()` (nodes through quotas'
+`visible_nodes`), one query per topic kind, so a subscribe message of 200 topics costs at most
+five queries. A missing topic and a forbidden one give the same answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Final
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.sessions.models import Session
+from django.db.models import Model, QuerySet
+from django.utils import timezone
+
+from quotas import selectors as quota_selectors
+from quotas.models import Quota
+from scheduling.models import Job
+from workspaces.models import Workspace
+from workspaces.permissions import restrict
+
+TOPIC_PATTERN: Final = re.compile(r"^(?:cluster|(?P<kind>quota|job|node|workspace):(?P<id>[1-9][0-9]{0,17}))$")
+MAX_TOPIC_LENGTH: Final = 40
+
+Viewer = AbstractBaseUser | AnonymousUser
+
+
+def parse_topic(topic: object) -> tuple[str, int | None] | None:
+    """(`kind`, id) of a well-formed topic (`("cluster", None)` for cluster), None otherwise."""
+    if not isinstance(topic, str) or len(topic) > MAX_TOPIC_LENGTH:
+        return None
+    match = TOPIC_PATTERN.match(topic)
+    if match is None:
+        return None
+    if match["kind"] is None:
+        return ("cluster", None)
+    return (match["kind"], int(match["id"]))
+
+
+def visible_topics(user: Viewer, topics: Iterable[str]) -> set[str]:
+    """The well-formed topics of `topics` that `user` may hear now."""
+    if not user.is_authenticated:
+        return set()
+    ids_by_kind: dict[str, set[int]] = {}
+    visible: set[str] = set()
+    for topic in topics:
+        parsed = parse_topic(topic)
+        if parsed is None:
+            continue
+        kind, object_id = parsed
+        if object_id is None:
+            visible.add("cluster")  # aggregate figures only: every signed-in user hears them
+        else:
+            ids_by_kind.setdefault(kind, set()).add(object_id)
+    for kind, ids in ids_by_kind.items():
+        rows = _visible(kind, user).filter(pk__in=sorted(ids)).values_list("pk", flat=True)
+        visible.update(f"{kind}:{pk}" for pk in rows)
+    return visible
+
+
+def _visible(kind: str, user: Viewer) -> QuerySet[Model]:
+    querysets: dict[str, QuerySet[Model]] = {
+        "job": restrict(Job.objects.all(), user, "view"),
+        "quota": restrict(Quota.objects.all(), user, "view"),
+        "workspace": restrict(Workspace.objects.all(), user, "view"),
+        "node": quota_selectors.visible_nodes(user),
+    }
+    return querysets[kind]
+
+
+def current_user(*, user_id: int, session_key: str | None) -> AbstractBaseUser | None:
+    """The socket's user as the database has it now, or None once they may no longer be signed
+    in: deactivated, or (for a browser socket) their session ended: logged out, signed out
+    everywhere, expired."""
+    user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
+    if user is None:
+        return None
+    if session_key is not None:
+        alive = Session.objects.filter(session_key=session_key, expire_date__gt=timezone.now()).exists()
+        if not alive:
+            return None
+    return user

@@ -1,0 +1,172 @@
+"""Allocate: SCHEDULING.md §2, "Admission and placement (allocate)".
+
+Quotas are served lowest saturation (allocated ÷ fair share) first, then rank; inside a quota,
+jobs by priority, then submission time. A job is admitted whole (gang) or not at all, within
+every `limit` of its chain, and a non-preemptible job within every guarantee of its chain
+("Non-preemptible jobs use guaranteed quota only"); those checks are `Session.static_refusal`.
+A job that does not fit gets a reason here, and is tried again by consolidate and reclaim.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from scheduling.engine.fairshare import MILLI
+from scheduling.engine.policies import queue_key, saturation
+from scheduling.engine.session import SHORT, WAITING, Session
+from scheduling.engine.types import PENDING, QUEUE_BLOCKED, UNKNOWN_QUOTA
+
+
+def quota_order(session: Session, leaf: int) -> tuple[bool, float, int, int, int]:
+    tree = session.tree
+    return (
+        # child_preemption: a parent's own jobs rank above everything in its subtree
+        not (tree.is_self[leaf] and tree.child_preemption[tree.parent[leaf]]),
+        saturation(session.allocated[leaf], session.fair_share[leaf]),
+        -tree.rank[leaf],
+        tree.created[leaf],
+        leaf,
+    )
+
+
+def allocate(session: Session) -> None:
+    queues: dict[int, list[tuple[tuple[int, float, int], int]]] = {}
+    jobs = session.jobs
+    job_leaf = session.job_leaf
+    for job, spec in enumerate(jobs):
+        if session.state[job] != PENDING:
+            continue
+        if job_leaf[job] < 0:
+            session.reasons[job] = (UNKNOWN_QUOTA, (spec.quota,))
+            continue
+        queues.setdefault(job_leaf[job], []).append((queue_key(spec, job), job))
+    session.queues = {}
+    for leaf, entries in queues.items():
+        entries.sort()
+        session.queues[leaf] = [job for _, job in entries]
+    session.tried = []
+    # Beneficiaries of releasing victims go first: what they wait for is theirs.
+    promised = session.promised
+    for job in sorted(session.waiting_for):
+        if promised[job] and session.state[job] == PENDING and session.static_refusal(job) is None:
+            placed = session.place_promised(job)
+            if placed is not None:
+                session.admit(job, placed)
+    # Then beneficiaries whose victims have released and are back in the queue.
+    for job in session.owed:
+        if session.state[job] == PENDING and not promised[job] and session.static_refusal(job) is None:
+            placed = session.place_gang(job, session.admit_count[job])
+            if placed is not None:
+                session.admit(job, placed)
+    for job, owed in session.evicted_for.items():
+        if session.state[owed] == PENDING and session.state[job] == PENDING:
+            session.reasons[job] = (QUEUE_BLOCKED, (session.jobs[owed].id, "evicted"))
+    # Entitled jobs (within fair share or guarantee at every level with the job admitted)
+    # come before borrowers, so that nothing is admitted that the next cycle reclaims.
+    # Three passes: jobs within guarantee at every level (the guarantee rule would reclaim
+    # for them), then jobs within fair share or guarantee, then borrowers.
+    tree = session.tree
+    within_share = [s if s > g else g for s, g in zip(session.fair_share, tree.admit_guaranteed, strict=True)]
+    session.smallest_failed = 1 << 60
+    # Jobs whose static refusal is None whatever the allocations (promised jobs excluded).
+    limited = session.limited
+    biggest = session.cluster.max_gpus * MILLI
+    session.easy = [
+        leaf >= 0 and spec.preemptible and not limited[leaf] and not p and r <= biggest and need <= session.capacity
+        for spec, leaf, p, r, need in zip(
+            session.jobs, session.job_leaf, session.promised, session.replica_milli, session.needs, strict=True
+        )
+    ]
+    serve_pass(session, tree.admit_guaranteed)
+    serve_pass(session, within_share)
+    serve_pass(session, None)
+
+
+def serve_pass(session: Session, bound: list[int] | None) -> None:
+    """One pass over the quotas, lowest saturation first.
+
+    With a `bound`, only jobs that keep their quota and every ancestor within it are admitted:
+    another job is passed over (it waits for a later pass), and so is every preemptible job of
+    its quota with a lower priority, which the job passed over would preempt.
+    """
+    entitled_only = bound is not None
+    queues = session.queues
+    state = session.state
+    reasons = session.reasons
+    jobs = session.jobs
+    heap = [(quota_order(session, leaf), leaf) for leaf in queues]
+    heapq.heapify(heap)
+    cursor = dict.fromkeys(queues, 0)
+    # priority of the first borrower passed over in each quota (0: none); a borrower stays one
+    # for the rest of the pass (allocations only grow), so the cursor may move past it
+    passed = dict.fromkeys(queues, 0)
+    cluster = session.cluster
+    fifo = session.tree.fifo
+    replica_of = session.replica_milli
+    count_of = session.admit_count
+    tried = session.tried
+    promised = session.promised
+    borrower = borrows_beyond
+    static_refusal = session.static_refusal
+    easy = session.easy
+    while heap:
+        if entitled_only and cluster.free_total == 0:
+            return  # nothing left to place: the last pass gives the reasons
+        _, leaf = heapq.heappop(heap)
+        queue = queues[leaf]
+        position = cursor[leaf]
+        passed_over = passed[leaf]
+        while position < len(queue):
+            job = queue[position]
+            position += 1
+            if state[job] != PENDING or job in reasons:
+                continue
+            job_priority = jobs[job].priority
+            if passed_over and job_priority < passed_over and jobs[job].preemptible:
+                continue  # the job passed over would preempt it (non-preemptible jobs are safe)
+            if easy[job]:
+                refusal = None  # preemptible, no limit or promise in its chain, not too big
+            else:
+                refusal = static_refusal(job)
+                if refusal is None and promised[job]:
+                    refusal = WAITING
+            if refusal is None and bound is not None and borrower(session, job, bound):
+                if fifo[leaf]:
+                    break
+                if not passed_over:
+                    passed_over = passed[leaf] = job_priority
+                continue
+            tried.append(job)
+            placed = None
+            if refusal is None and replica_of[job] < session.smallest_failed:
+                placed = session.place_gang(job, count_of[job])
+                if placed is None and count_of[job] == 1:
+                    session.smallest_failed = replica_of[job]
+            if placed is not None:
+                session.admit(job, placed)
+                cursor[leaf] = position
+                if position < len(queue):
+                    heapq.heappush(heap, (quota_order(session, leaf), leaf))
+                break
+            reasons[job] = refusal or SHORT
+            if fifo[leaf]:
+                # fifo: the job that does not fit blocks every job behind it.
+                for behind in queue[position:]:
+                    if state[behind] == PENDING and behind not in reasons:
+                        reasons[behind] = (QUEUE_BLOCKED, (jobs[job].id,))
+                        tried.append(behind)
+                break
+            if cluster.free_total == 0 and not entitled_only:
+                # Nothing left to place: the rest of this quota only needs its reasons.
+                for behind in queue[position:]:
+                    if state[behind] == PENDING and behind not in reasons:
+                        tried.append(behind)
+                        reasons[behind] = static_refusal(behind) or (WAITING if promised[behind] else SHORT)
+                break
+
+
+def borrows_beyond(session: Session, job: int, bound: list[int]) -> bool:
+    """Admitting the job takes its quota or an ancestor above `bound`."""
+    need = session.needs[job]
+    alloc = session.allocated
+    return any(alloc[node] + need > bound[node] for node in session.tree.chain[session.job_leaf[job]])

@@ -1,0 +1,109 @@
+"""Preemption: SCHEDULING.md §3.3 "Preempt (inside one quota)", §3.4 "Child-level preemption"
+and §3.5 "Same-level preemption".
+
+The rules and the candidates in their order; the search that combines them with reclaim's
+victims is `actions.reclaim`, which offers these candidates after its own.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator
+
+from scheduling.engine.policies import victim_key
+from scheduling.engine.session import Session, Unit
+from scheduling.engine.types import CHILD_PREEMPTION, PREEMPT, SAME_LEVEL
+
+
+def in_quota_rule(session: Session, job: int, victim: int, only: str | None) -> tuple[str, int, str] | None:
+    """Preempt: a job may evict strictly lower-priority preemptible jobs of its own quota."""
+    if only in (None, PREEMPT) and session.jobs[victim].priority < session.jobs[job].priority:
+        return (PREEMPT, -1, "")
+    return None
+
+
+def preemption_rule(
+    session: Session, job: int, victim: int, amount: int, only: str | None
+) -> tuple[str, int, str] | None:
+    """Child-level or same-level preemption of job m for job i, between different leaves."""
+    tree = session.tree
+    spec = session.jobs[job]
+    victim_spec = session.jobs[victim]
+    qleaf = session.job_leaf[job]
+    vleaf = session.job_leaf[victim]
+    alloc = session.allocated
+    quota = tree.index.get(spec.quota, -1)
+    if (
+        only in (None, CHILD_PREEMPTION)
+        and tree.is_self[qleaf]
+        and tree.child_preemption[quota]
+        and quota in tree.chain[vleaf]
+    ):
+        return (CHILD_PREEMPTION, -1, "")
+    if only in (None, SAME_LEVEL) and tree.same_level[quota] and victim_spec.priority < spec.priority:
+        parent = tree.parent[quota]
+        for sibling_level in tree.chain[vleaf]:
+            if tree.parent[sibling_level] == parent:
+                guaranteed = tree.admit_guaranteed[sibling_level]
+                if sibling_level != quota and alloc[sibling_level] - amount >= guaranteed:
+                    return (SAME_LEVEL, -1, "")
+                break
+    return None
+
+
+def preemption_candidates(session: Session, job: int) -> Iterator[tuple[Unit, str]]:
+    """Whole jobs that preemption may take for job i, after reclaim's: own quota (lower priority),
+    then P's subtree (child-level), then sibling quotas (same-level, lower priority)."""
+    tree = session.tree
+    spec = session.jobs[job]
+    qleaf = session.job_leaf[job]
+    # Preempt: own quota, lower priority.
+    for victim in session.candidates_by_leaf.get(qleaf, ()):
+        if session.jobs[victim].priority >= spec.priority:
+            break
+        if session.eligible_victim(victim):
+            yield (victim, None), PREEMPT
+    quota = tree.index[spec.quota]
+    if tree.is_self[qleaf] and tree.child_preemption[quota]:
+        yield from candidates_in_subtree(session, quota, qleaf, None, CHILD_PREEMPTION)
+    if tree.same_level[quota]:
+        parent = tree.parent[quota]
+        siblings = tree.children[parent] if parent >= 0 else tree.roots
+        for sibling in siblings:
+            if sibling != quota and not tree.is_self[sibling]:
+                yield from candidates_in_subtree(session, sibling, -1, spec.priority, SAME_LEVEL)
+
+
+def candidates_in_subtree(
+    session: Session, top: int, exclude: int, below_priority: int | None, rule: str
+) -> Iterator[tuple[Unit, str]]:
+    """Victims anywhere under `top` (but leaf `exclude`), lowest priority then latest started first."""
+    lo, hi = top, session.end[top]
+    leaves = session.candidate_leaves
+    members = [
+        (victim_key(session.jobs[victim], victim), victim)
+        for v in leaves[bisect_left(leaves, lo) : bisect_left(leaves, hi)]
+        if v != exclude
+        for victim in session.candidates_by_leaf[v]
+    ]
+    members.sort()
+    for _, victim in members:
+        if below_priority is not None and session.jobs[victim].priority >= below_priority:
+            break
+        if session.eligible_victim(victim):
+            yield (victim, None), rule
+
+
+def preemption_reason(session: Session, job: int, victim: int, rule: str) -> str:
+    """The sentence an evicted job carries for the three preemption rules."""
+    spec = session.jobs[job]
+    victim_spec = session.jobs[victim]
+    vq = victim_spec.quota
+    if rule == PREEMPT:
+        return f"preempted in {vq} by {spec.id} (priority {spec.priority} > {victim_spec.priority})"
+    if rule == CHILD_PREEMPTION:
+        return f"child-level preemption: {spec.quota}'s own job {spec.id} ranks above {vq}'s jobs"
+    return (
+        f"same-level preemption: {spec.id} of {spec.quota} (priority {spec.priority}) over "
+        f"{victim_spec.id} of {vq} (priority {victim_spec.priority})"
+    )

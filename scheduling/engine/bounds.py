@@ -1,0 +1,16 @@
+"""Bounds that keep a cycle fast on large pools; what they leave undone is retried next cycle.
+
+The actions read them as `bounds.NAME` at the time of the call, so that a test may lower one.
+
+Victim searches are bounded apart: those that found victims (each one a decision, and what
+makes a cycle slow) by count, those that found none by the candidates they examined. The
+same searches fail again each cycle, so a count shared by both let a head of hopeless
+searches starve every job behind it, and the queue looked settled while jobs could reclaim.
+"""
+
+MAX_VICTIM_SEARCHES = 64
+MAX_FAILED_CANDIDATES = 64 * 256  # candidates examined by searches that found nothing
+MAX_CANDIDATES_PER_SEARCH = 256
+MAX_CONSOLIDATIONS = 32
+MAX_MOVERS = 8
+MAX_TARGET_NODES = 8  # nodes tried as the target of one consolidation

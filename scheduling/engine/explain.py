@@ -1,0 +1,158 @@
+"""Pending reasons: SCHEDULING.md §5, "Explained": every pending job carries a stable reason
+code, a sentence with the numbers, and its position in its quota's queue.
+
+Reasons are recorded by the actions as they refuse a job; capacity refusals are re-explained
+here from the final state of the cycle (what is free after every action ran).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduling.engine.fairshare import MILLI
+from scheduling.engine.policies import gpu_count, gpus, queue_key
+from scheduling.engine.session import Session
+from scheduling.engine.types import (
+    EXCEEDS_CLUSTER,
+    GUARANTEED_ONLY,
+    INSUFFICIENT_CAPACITY,
+    NO_FIT,
+    PENDING,
+    QUEUE_BLOCKED,
+    QUOTA_LIMIT,
+    UNKNOWN_QUOTA,
+    WAITING_FOR_EVICTION,
+    PendingReason,
+)
+
+# Capacity-type failures are re-explained from the final state of the cycle.
+_CAPACITY_CODES = (NO_FIT, INSUFFICIENT_CAPACITY)
+
+
+def pending_reasons(session: Session) -> dict[str, PendingReason]:
+    jobs = session.jobs
+    state = session.state
+    # Allocation already sorted each quota's queue; only this cycle's victims join them.
+    by_leaf: dict[int, list[int]] = {
+        leaf: [job for job in queue if state[job] == PENDING] for leaf, queue in session.queues.items()
+    }
+    rejoined: set[int] = set()
+    for job, (now_state, spec, leaf) in enumerate(zip(state, jobs, session.job_leaf, strict=True)):
+        if now_state != PENDING:
+            continue
+        if spec.state != PENDING:
+            by_leaf.setdefault(leaf, []).append(job)
+            rejoined.add(leaf)
+        elif leaf < 0:
+            by_leaf.setdefault(leaf, []).append(job)
+    for leaf in rejoined:
+        by_leaf[leaf].sort(key=lambda job: queue_key(jobs[job], job))
+    out: dict[str, PendingReason] = {}
+    free = session.cluster.free_total
+    largest = session.cluster.largest_block()
+    reasons = session.reasons
+    needs = session.needs
+    messages = session.messages
+    job_leaf = session.job_leaf
+    replica = session.replica_milli
+    for members in by_leaf.values():
+        for position, job in enumerate(members, start=1):
+            reason = reasons.get(job)
+            if reason is not None and reason[0] in _CAPACITY_CODES:
+                # the common case, a full pool: one sentence per quota and job shape
+                code = NO_FIT if needs[job] <= free else INSUFFICIENT_CAPACITY
+                key = (code, (), job_leaf[job], needs[job], replica[job])
+                message = messages.get(key)
+                if message is None:
+                    message = messages[key] = sentence(session, job, code, (), free, largest)
+                out[jobs[job].id] = PendingReason(code, message, position)
+                continue
+            code, args = final_reason(session, job, free)
+            out[jobs[job].id] = PendingReason(code, cached_sentence(session, job, code, args, free, largest), position)
+    return out
+
+
+def final_reason(session: Session, job: int, free: int) -> tuple[str, tuple[Any, ...]]:
+    reason = session.reasons.get(job)
+    if reason is None:
+        reason = session.static_refusal(job) or (
+            (WAITING_FOR_EVICTION, ()) if session.promised[job] else (INSUFFICIENT_CAPACITY, ())
+        )
+    code = reason[0]
+    if code in _CAPACITY_CODES:
+        return ((NO_FIT if session.needs[job] <= free else INSUFFICIENT_CAPACITY), ())
+    return reason
+
+
+def cached_sentence(session: Session, job: int, code: str, args: tuple[Any, ...], free: int, largest: int) -> str:
+    """Jobs of one quota with the same shape and refusal share one sentence."""
+    if code in (QUEUE_BLOCKED, WAITING_FOR_EVICTION, UNKNOWN_QUOTA):
+        return sentence(session, job, code, args, free, largest)
+    key = (code, args, session.job_leaf[job], session.needs[job], session.replica_milli[job])
+    message = session.messages.get(key)
+    if message is None:
+        message = session.messages[key] = sentence(session, job, code, args, free, largest)
+    return message
+
+
+def sentence(session: Session, job: int, code: str, args: tuple[Any, ...], free: int, largest: int) -> str:
+    spec = session.jobs[job]
+    replica = session.replica_milli[job]
+    need = session.needs[job]
+    count = session.admit_count[job]
+    if code == UNKNOWN_QUOTA:
+        return f"quota {spec.quota} does not exist"
+    if code == EXCEEDS_CLUSTER:
+        scope, asked, has = args
+        if scope == "node":
+            return f"needs {gpu_count(asked)} on one node; the largest node has {gpus(has)}"
+        return f"asks {gpu_count(asked)}, the pool has {gpus(has)}"
+    if code == QUOTA_LIMIT:
+        name, allocated, asked, limit = args
+        return f"would exceed the limit of {name}: {gpus(allocated)} + {gpus(asked)} > {gpus(limit)}"
+    if code == GUARANTEED_ONLY:
+        name, allocated, asked, guaranteed = args
+        return (
+            f"non-preemptible jobs must fit in guaranteed quota of {name}: "
+            f"{gpus(allocated)} + {gpus(asked)} > {gpus(guaranteed)}"
+        )
+    if code == QUEUE_BLOCKED and len(args) == 2:
+        return f"waits while {args[0]}, which it was evicted for, starts"
+    if code == QUEUE_BLOCKED:
+        return f"{spec.quota} is a fifo queue: waits behind {args[0]}, which does not fit yet"
+    if code == WAITING_FOR_EVICTION:
+        victims = [session.jobs[v].id for v in session.waiting_for.get(job, [])]
+        if victims:
+            return (
+                f"waiting for {len(victims)} evicted job(s) ({', '.join(sorted(victims))}) to "
+                f"release their GPUs; {gpu_count(need)} are promised to it"
+            )
+        if args:
+            return (
+                f"waiting for {args[0]} evicted job(s) to release their GPUs; {gpu_count(args[1])} are promised to it"
+            )
+        return f"waiting for evicted jobs to release their GPUs; needs {gpu_count(need)}"
+    leaf = session.job_leaf[job]
+    shape = (
+        f"{count:,} replicas of {gpu_count(replica)}, each on one node"
+        if count > 1
+        else f"{gpu_count(replica)} on one node"
+    )
+    if replica < MILLI:
+        best = session.cluster.largest_device_free()
+        shape = f"{gpus(replica)} of one GPU" + (f" x {count:,} replicas" if count > 1 else "")
+        if code == NO_FIT:
+            return f"needs {shape}; the most free on one device is {gpus(best)}"
+    elif code == NO_FIT:
+        return f"needs {shape}; largest free block is {largest}"
+    allocated = session.allocated[leaf]
+    share = session.fair_share[leaf]
+    name = session.tree.names[leaf]
+    if allocated + need > share:
+        context = (
+            f"{name} would go above its fair share ({gpus(allocated)} + {gpus(need)} > "
+            f"{gpus(share)}), so it waits for idle GPUs"
+        )
+    else:
+        context = "no preemptible job can be reclaimed or preempted for it"
+    return f"needs {gpu_count(need)}; {gpus(free)} are free in the pool; {context}"

@@ -1,0 +1,111 @@
+"""Allocation history: the cycle's writes of AllocationSample, and their retention.
+
+These are the cycle's own writes, made inside its commit (scheduling.cycle), so they live
+beside it rather than in `services.py`, which imports the cycle. A cycle writes one row per
+quota whose allocated, guaranteed or fair-share figure moved since that quota's last sample,
+all in one statement; a quiet cluster writes nothing. Reads are in `scheduling.selectors`.
+
+Retention: samples older than SCHEDULER_ALLOCATION_HISTORY_HOURS go, and so do the oldest
+beyond SCHEDULER_ALLOCATION_HISTORY_MAX_ROWS, except each quota's latest sample, which still
+says what its figures are now (a chart's first step, and what the next cycle compares with).
+The cycle prunes at most once per SCHEDULER_ALLOCATION_HISTORY_PRUNE_SECONDS per process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+from django.conf import settings
+from django.db.models import OuterRef, QuerySet, Subquery
+
+from quotas.models import Quota
+from scheduling import bulk
+from scheduling.models import AllocationSample
+
+DEFAULT_HOURS = 24.0
+DEFAULT_MAX_ROWS = 500_000
+DEFAULT_PRUNE_SECONDS = 60.0
+# Figures are GPUs in thousandths (the engine's unit): float noise below that is no change.
+_DIGITS = 3
+
+_COLUMNS = ("quota_id", "at", "allocated", "guaranteed", "fair_share")
+
+
+class AllocationFigures(NamedTuple):
+    allocated: float
+    guaranteed: float
+    fair_share: float
+
+
+def retention_hours() -> float:
+    return float(getattr(settings, "SCHEDULER_ALLOCATION_HISTORY_HOURS", DEFAULT_HOURS))
+
+
+def _rounded(figures: AllocationFigures) -> AllocationFigures:
+    return AllocationFigures(*(round(float(value), _DIGITS) for value in figures))
+
+
+def _latest_ids() -> QuerySet[Any, Any]:
+    """Per quota, the id of its latest sample: one index seek per quota on (quota, at)."""
+    latest = AllocationSample.objects.filter(quota_id=OuterRef("pk")).order_by("-at", "-id").values("pk")[:1]
+    return Quota.objects.annotate(last_sample=Subquery(latest)).filter(last_sample__isnull=False).values("last_sample")
+
+
+def latest_figures() -> dict[int, AllocationFigures]:
+    """Each quota's figures as its latest sample has them, in one query."""
+    rows = AllocationSample.objects.filter(pk__in=_latest_ids()).values_list(
+        "quota_id", "allocated", "guaranteed", "fair_share"
+    )
+    return {
+        quota_id: AllocationFigures(allocated, guaranteed, fair_share)
+        for quota_id, allocated, guaranteed, fair_share in rows
+    }
+
+
+def record_changes(*, figures: Mapping[int, AllocationFigures], at: datetime) -> int:
+    """Write a sample for each quota whose figures differ from its latest sample; returns how many.
+
+    Runs inside the caller's transaction (the cycle's commit), so the samples commit with the
+    decisions that moved them, or not at all."""
+    last = latest_figures()
+    rows = []
+    for quota_id, current in figures.items():
+        rounded = _rounded(current)
+        if last.get(quota_id) != rounded:
+            rows.append((quota_id, at, *rounded))
+    bulk.insert(AllocationSample, _COLUMNS, rows)
+    return len(rows)
+
+
+def prune(*, now: datetime) -> int:
+    """Drop samples past the retention and the oldest beyond the row cap; returns how many went."""
+    keep_latest = _latest_ids()
+    cutoff = now - timedelta(hours=retention_hours())
+    deleted, _ = AllocationSample.objects.filter(at__lt=cutoff).exclude(pk__in=keep_latest).delete()
+    max_rows = int(getattr(settings, "SCHEDULER_ALLOCATION_HISTORY_MAX_ROWS", DEFAULT_MAX_ROWS))
+    excess = AllocationSample.objects.count() - max_rows
+    if excess > 0:
+        # Ids follow time (samples are written as cycles commit), so the oldest have the lowest.
+        boundary = AllocationSample.objects.order_by("id").values_list("id", flat=True)[excess - 1 : excess].first()
+        if boundary is not None:
+            more, _ = AllocationSample.objects.filter(id__lte=boundary).exclude(pk__in=keep_latest).delete()
+            deleted += more
+    return deleted
+
+
+_last_pruned = 0.0
+
+
+def prune_now_and_then(*, now: datetime) -> int:
+    """`prune`, at most once per SCHEDULER_ALLOCATION_HISTORY_PRUNE_SECONDS in this process: a
+    cycle runs every few seconds, and old samples need not go the moment they age out."""
+    global _last_pruned
+    interval = float(getattr(settings, "SCHEDULER_ALLOCATION_HISTORY_PRUNE_SECONDS", DEFAULT_PRUNE_SECONDS))
+    started = time.monotonic()
+    if _last_pruned and started - _last_pruned < interval:
+        return 0
+    _last_pruned = started
+    return prune(now=now)

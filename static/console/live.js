@@ -1,0 +1,110 @@
+// Live updates over /ws/live/ (docs/live.md). A page marks what may change:
+//   <span data-live="job:12:state" data-live-class="badge">Running</span>
+// The topic is "job:12", the field "state"; the text becomes change.state_display (or
+// change.state), and with data-live-class the classes become "badge <state>". Extra topics may be
+// listed on any element as data-live-topics="cluster quota:3". A file of its own: the
+// Content-Security-Policy allows no inline script.
+(function () {
+  "use strict";
+  var BACKOFF_MS = [1000, 2000, 4000, 8000, 15000, 30000];
+  var socket = null;
+  var attempts = 0;
+  var everOpen = false;
+  var stopped = false;
+  var syncing = null;   // a promise while the page re-reads its state over HTTP
+  var queued = [];      // changes that arrived meanwhile, applied after it
+
+  function cells() { return document.querySelectorAll("[data-live]"); }
+
+  function topics() {
+    var wanted = {};
+    cells().forEach(function (cell) {
+      var parts = cell.dataset.live.split(":");
+      if (parts.length >= 2) { wanted[parts.slice(0, parts.length - 1).join(":")] = true; }
+    });
+    document.querySelectorAll("[data-live-topics]").forEach(function (element) {
+      element.dataset.liveTopics.split(/\s+/).forEach(function (topic) { if (topic) { wanted[topic] = true; } });
+    });
+    return Object.keys(wanted);
+  }
+
+  function badge(state, text) {
+    var element = document.getElementById("live-status");
+    if (!element) { return; }
+    element.hidden = false;
+    element.textContent = text;          // the words say it; the colour only repeats them
+    element.dataset.state = state;
+    element.className = "badge live-status " + (state === "live" ? "running" : state === "stopped" ? "cancelled" : "pending");
+  }
+
+  function apply(topic, change) {
+    cells().forEach(function (cell) {
+      var key = cell.dataset.live;
+      if (key.lastIndexOf(topic + ":", 0) !== 0) { return; }
+      var field = key.slice(topic.length + 1);
+      if (!(field in change)) { return; }
+      var value = change[field];
+      var label = change[field + "_display"];
+      cell.textContent = label !== undefined ? label : String(value);
+      if (cell.dataset.liveClass !== undefined) { cell.className = cell.dataset.liveClass + " " + value; }
+    });
+  }
+
+  // After a reconnect: read the page again over HTTP and copy the live cells, so that a message
+  // lost while the socket was down costs nothing; changes that arrive meanwhile wait for it.
+  function resync() {
+    syncing = fetch(window.location.href, { credentials: "same-origin", headers: { "Accept": "text/html" } })
+      .then(function (response) { return response.ok ? response.text() : Promise.reject(response.status); })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html");
+        cells().forEach(function (cell) {
+          var match = fresh.querySelector('[data-live="' + CSS.escape(cell.dataset.live) + '"]');
+          if (match) { cell.textContent = match.textContent; cell.className = match.className; }
+        });
+      })
+      .catch(function () { /* the page stays as it was; the socket's changes still apply */ })
+      .then(function () {
+        var waiting = queued;
+        syncing = null;
+        queued = [];
+        waiting.forEach(function (message) { apply(message.topic, message.change); });
+      });
+  }
+
+  function connect() {
+    var wanted = topics();
+    if (!wanted.length || stopped) { return; }
+    var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
+    socket = new WebSocket(scheme + window.location.host + "/ws/live/");
+    socket.addEventListener("open", function () {
+      if (everOpen) { resync(); }
+      everOpen = true;
+      attempts = 0;
+      socket.send(JSON.stringify({ subscribe: wanted }));
+    });
+    socket.addEventListener("message", function (event) {
+      var message = JSON.parse(event.data);
+      if (message.type === "subscription") {
+        badge("live", "Live");
+      } else if (message.type === "change") {
+        if (syncing) { queued.push(message); } else { apply(message.topic, message.change); }
+      } else if (message.type === "signed_out") {
+        stopped = true;
+      }
+    });
+    socket.addEventListener("close", function (event) {
+      socket = null;
+      if (stopped || event.code === 4401 || event.code === 4404) {
+        stopped = true;
+        badge("stopped", "Live updates stopped: sign in again and reload");
+        return;
+      }
+      var wait = BACKOFF_MS[Math.min(attempts, BACKOFF_MS.length - 1)];
+      attempts += 1;
+      badge("reconnecting", "Reconnecting…");
+      window.setTimeout(connect, wait + Math.random() * 500);
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", connect);
+})();

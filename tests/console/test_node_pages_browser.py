@@ -1,0 +1,100 @@
+"""The Nodes page in headless Chromium, as a platform admin uses it: cordon a node through its
+preview, drain's preview naming the job it evicts, the Quota page's Nodes tab, axe on each, and
+screenshots at 1280 and 390 px (light and dark) in /tmp/shots-nodes/."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import AbstractUser
+from playwright.sync_api import Page, expect
+from pytest_django.live_server_helper import LiveServer
+
+from quotas.models import Node, NodeState
+from scheduling.models import Job
+from tests.console.conftest import check_accessibility, quota_id
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+SHOTS = Path(os.environ.get("NODE_SHOTS", "/tmp/shots-nodes"))
+SignIn = Callable[[Page, str], None]
+
+
+def busy_node() -> str:
+    """A node that train-b (3 × 8 GPUs) runs on."""
+    return str(Job.objects.get(name="train-b").placements.order_by("node__name").first().node.name)  # type: ignore[union-attr]
+
+
+def test_cordon_a_node_from_the_nodes_page(
+    live_server: LiveServer, pai_world: dict[str, AbstractUser], browser_page: Page, sign_in: SignIn
+) -> None:
+    page = browser_page
+    sign_in(page, "platform-admin")
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Nodes").click()
+    expect(page.get_by_role("heading", name="Nodes", exact=True)).to_be_visible()
+    name = busy_node()
+    card = page.locator(f"section[data-node='{name}']")
+    expect(card.get_by_test_id("node-state")).to_have_text("Ready")
+    expect(card.get_by_test_id("gpu-holder").first).to_contain_text("train-b")
+    expect(card.get_by_test_id("gpu-holder").first).to_contain_text("Quota1.1")
+    check_accessibility(page)
+
+    page.get_by_role("link", name=f"Cordon {name}", exact=True).click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_role("heading", name=f"Cordon {name}")).to_be_visible()
+    expect(dialog).to_contain_text("Jobs on it now: train-b (Quota1.1).")
+    dialog.get_by_role("button", name="Preview").click()
+    expect(dialog.get_by_text("No job is evicted.")).to_be_visible()
+    check_accessibility(page)
+    assert Node.objects.get(name=name).state == NodeState.READY  # a preview changes nothing
+
+    dialog.get_by_role("button", name="Confirm: cordon").click()
+    expect(page.get_by_text(f"{name} is cordoned.")).to_be_visible()
+    expect(card.get_by_test_id("node-state")).to_have_text("Cordoned")
+    expect(card.get_by_role("link", name=f"Uncordon {name}")).to_be_visible()
+    expect(card.get_by_role("link", name=f"Cordon {name}", exact=True)).to_have_count(0)
+    expect(card.get_by_test_id("gpu-holder").first).to_contain_text("train-b")  # its job runs on
+    check_accessibility(page)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "nodes-cordoned-1280-light.png"), full_page=True)
+    # The API says the same.
+    answer = page.request.get(f"{live_server.url}/api/v1/nodes/{Node.objects.get(name=name).pk}/")
+    assert answer.ok and answer.json()["state"] == "cordoned"
+    assert Job.objects.get(name="train-b").state == "running"
+
+
+def test_drain_preview_and_screenshots(
+    live_server: LiveServer, pai_world: dict[str, AbstractUser], browser_page: Page, sign_in: SignIn
+) -> None:
+    page = browser_page
+    sign_in(page, "platform-admin")
+    name = busy_node()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        for width in (1280, 390):
+            page.set_viewport_size({"width": width, "height": 900})
+            page.goto(f"{live_server.url}/nodes/")
+            check_accessibility(page)
+            page.screenshot(path=str(SHOTS / f"nodes-{width}-{scheme}.png"), full_page=True)
+            scroll_width = page.evaluate("document.documentElement.scrollWidth")
+            assert scroll_width <= width, f"the page scrolls sideways at {width} px ({scroll_width} px wide)"
+            page.get_by_role("link", name=f"Drain {name}").click()
+            dialog = page.get_by_role("dialog")
+            dialog.get_by_role("button", name="Preview").click()
+            expect(dialog.get_by_test_id("preview-eviction")).to_contain_text(
+                f"train-b (Quota1.1), by the drain rule: node {name} is draining"
+            )
+            check_accessibility(page)
+            page.screenshot(path=str(SHOTS / f"drain-preview-{width}-{scheme}.png"))
+            page.goto(f"{live_server.url}/quotas/{quota_id('Quota1')}/?tab=nodes")
+            expect(page.get_by_test_id("quota-node")).to_have_count(3)
+            expect(page.get_by_test_id("quota-nodes")).to_contain_text(
+                "train-b (Quota1.1): GPUs 0, 1, 2, 3, 4, 5, 6, 7"
+            )
+            check_accessibility(page)
+            page.screenshot(path=str(SHOTS / f"quota-nodes-{width}-{scheme}.png"), full_page=True)
+    assert Node.objects.get(name=name).state == NodeState.READY

@@ -1,0 +1,63 @@
+"""The quota status the pages show comes from aggregates (`quota_status_summary`); it must say
+what the engine's figures over a full snapshot say, for whole, fractional, elastic, pending,
+running and releasing jobs, and with a node down."""
+
+from __future__ import annotations
+
+import pytest
+
+from quotas import services as quota_services
+from scheduling import services
+from scheduling.clock import get_clock
+from scheduling.selectors import build_snapshot, quota_status_figures, quota_status_summary
+from tests.scheduling.conftest import Cluster
+
+pytestmark = pytest.mark.django_db
+
+
+def assert_same() -> None:
+    snapshot, _index = build_snapshot(get_clock().now())
+    expected = quota_status_figures(snapshot)
+    summary = quota_status_summary()
+    assert summary.keys() == expected.keys()
+    for name, figures in expected.items():
+        for field, value in figures.items():
+            assert summary[name][field] == pytest.approx(value), (name, field)  # type: ignore[literal-required]
+
+
+def test_the_summary_says_what_the_snapshot_says(cluster: Cluster) -> None:
+    assert_same()
+    cluster.submit("whole", gpus=2, replicas=2)
+    cluster.submit("fraction-1", gpus=0.5)
+    cluster.submit("fraction-2", gpus=0.5)
+    cluster.submit("elastic", "team-b", gpus=1, replicas=4, min_replicas=1)
+    cluster.submit("parent-own", "Quota1", gpus=1)
+    assert_same()  # all pending
+    services.converge()
+    assert_same()
+    cluster.submit("too-big", "team-b", gpus=8, replicas=3)  # waits
+    services.converge()
+    assert_same()
+
+
+def test_with_a_node_down_the_summary_still_agrees(cluster: Cluster) -> None:
+    cluster.submit("a", gpus=4)
+    cluster.submit("b", "team-b", gpus=6)
+    services.converge()
+    node = next(iter(cluster.nodes.values()))
+    quota_services.set_node_state(actor=None, node=node, state="not_ready")
+    services.converge()
+    assert_same()
+
+
+@pytest.mark.parametrize("state", ["cordoned", "draining"])
+def test_with_a_node_cordoned_or_draining_the_summary_still_agrees(cluster: Cluster, state: str) -> None:
+    """Such a node counts only with the devices its jobs still hold (engine.fairshare.cluster_capacity)."""
+    cluster.submit("a", gpus=0.5)
+    cluster.submit("b", "team-b", gpus=3)
+    cluster.submit("waits", "team-b", gpus=8, replicas=2)
+    services.converge()
+    for node in cluster.nodes.values():
+        quota_services.set_node_state(actor=None, node=node, state=state)
+        break
+    assert_same()
