@@ -21,7 +21,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError, Sum
 
 from quotas import audit, bounds, hooks, selectors, signals
-from quotas.models import GpuDevice, Node, NodeState, QueuePolicy, Quota, ResourcePool
+from quotas.models import GpuDevice, Node, NodeExecutor, NodeState, QueuePolicy, Quota, ResourcePool
 
 Actor = AbstractBaseUser | AnonymousUser | None
 
@@ -53,7 +53,7 @@ QUOTA_FIELDS = (
     "queue_policy",
     "min_runtime_seconds",
 )
-NODE_FIELDS = ("name", "gpus", "cpu", "memory_gib", "gpu_model", "labels", "state")
+NODE_FIELDS = ("name", "gpus", "cpu", "memory_gib", "gpu_model", "labels", "state", "executor")
 
 
 class QuotaShare(TypedDict):
@@ -108,6 +108,7 @@ class NodeChanges(TypedDict, total=False):
     gpu_model: str
     labels: dict[str, Any]
     state: str
+    executor: str
 
 
 class InventoryResult(TypedDict):
@@ -1194,6 +1195,7 @@ def create_node(
     labels: dict[str, Any] | None = ...,
     state: str = ...,
     pool: ResourcePool | None = ...,
+    executor: str = ...,
     dry_run: Literal[False] = ...,
 ) -> Node: ...
 @overload
@@ -1208,6 +1210,7 @@ def create_node(
     labels: dict[str, Any] | None = ...,
     state: str = ...,
     pool: ResourcePool | None = ...,
+    executor: str = ...,
     dry_run: Literal[True],
 ) -> DryRunResult: ...
 @overload
@@ -1222,6 +1225,7 @@ def create_node(
     labels: dict[str, Any] | None = ...,
     state: str = ...,
     pool: ResourcePool | None = ...,
+    executor: str = ...,
     dry_run: bool,
 ) -> Node | DryRunResult: ...
 def create_node(
@@ -1236,6 +1240,7 @@ def create_node(
     state: str = NodeState.READY,
     pool: ResourcePool | None = None,
     dry_run: bool = False,
+    executor: str = NodeExecutor.SIMULATED,
 ) -> Node | DryRunResult:
     """A node of `pool` (the default pool when None) with its GPU devices 0..gpus-1."""
     _require_platform_admin(actor, "change the inventory")
@@ -1247,6 +1252,7 @@ def create_node(
         gpu_model=gpu_model,
         labels=labels,
         state=state,
+        executor=executor,
     )
 
     def apply() -> Node:
@@ -1269,6 +1275,7 @@ class NewNode:
     gpu_model: str = ""
     labels: dict[str, Any] | None = None
     state: str = NodeState.READY
+    executor: str = NodeExecutor.SIMULATED
 
 
 def create_nodes(*, actor: Actor, nodes: Sequence[NewNode], pool: ResourcePool | None = None) -> list[Node]:
@@ -1299,6 +1306,7 @@ def _create_nodes(*, actor: Actor, pool: ResourcePool | None, nodes: Sequence[Ne
                 gpu_model=spec.gpu_model,
                 labels={} if spec.labels is None else spec.labels,
                 state=spec.state,
+                executor=spec.executor,
             )
             for spec in nodes
         ]

@@ -25,6 +25,7 @@ from django.db import transaction
 from django.db.models import F
 
 from quotas import audit
+from quotas.models import NodeExecutor
 from scheduling import bulk, events, lifecycle, triggers
 from scheduling.clock import get_clock
 from scheduling.models import Job, JobEvent, JobEventKind, JobState, ReplicaPlacementRecord
@@ -33,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 # Rows per statement (ids in one IN list, objects in one INSERT).
 _BATCH = 1000
+# Jobs with a replica on an agent node belong to the agent executor (`executors.PerNodeExecutor`).
+_ON_AGENT_NODES = ReplicaPlacementRecord.objects.filter(node__executor=NodeExecutor.AGENT).values("job_id")
 
 
 class _Raced(Exception):
@@ -104,7 +107,9 @@ class SimulatedExecutor:
     def release_due(self, now: datetime) -> int:
         """Evicted jobs whose grace period is over let go of their GPUs (all in one transaction)."""
         due = list(
-            Job.objects.filter(state=JobState.RELEASING, release_at__lte=now).values(
+            Job.objects.filter(state=JobState.RELEASING, release_at__lte=now)
+            .exclude(pk__in=_ON_AGENT_NODES)  # their agents report when the processes are gone
+            .values(
                 "id", "revision", "requeue", "grace_seconds"
             )
         )
@@ -152,8 +157,12 @@ class SimulatedExecutor:
         """Jobs with a duration end by themselves once it has passed (all in one transaction)."""
 
         # The condition (revision), the message (duration) and what the audit record keeps.
-        candidates = Job.objects.filter(state=JobState.RUNNING, duration__isnull=False, started_at__isnull=False).only(
-            "id", "revision", "started_at", "duration", *lifecycle.JOB_SUMMARY_FIELDS
+        candidates = (
+            Job.objects.filter(state=JobState.RUNNING, duration__isnull=False, started_at__isnull=False)
+            .exclude(pk__in=_ON_AGENT_NODES)  # AGENT.md: a duration applies to simulated nodes only
+            .only(
+                "id", "revision", "started_at", "duration", *lifecycle.JOB_SUMMARY_FIELDS
+            )
         )
         due = [
             job
