@@ -116,7 +116,7 @@ def test_journey_4_the_workspace_admin_changes_who_may_use_a_quota(
     page.goto(f"{live_server.url}/jobs/new/")
     page.get_by_label("Workspace").select_option(label="workspace-b")
     expect(page.get_by_test_id("quota-missing")).to_contain_text(
-        "Quota1.1 is not offered: role 'labeling_admin' may not use Quota1.1 in workspace-b"
+        "Quota1.1 is not offered: Role 'labeling_admin' may not use Quota1.1 in workspace-b"
     )
     expect(page.get_by_role("button", name="Submit", exact=True)).to_have_count(0)
     page.context.clear_cookies()
