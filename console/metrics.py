@@ -103,7 +103,8 @@ class GpuCollector(Collector):
         util = GaugeMetricFamily("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", labels=labels)
         used = GaugeMetricFamily("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", labels=labels)
         for reading in telemetry_selectors.latest_gpu_readings(now=get_clock().now()):
-            values = [reading.node, str(reading.gpu), "" if reading.job_id is None else str(reading.job_id), reading.job]
+            job_id = "" if reading.job_id is None else str(reading.job_id)
+            values = [reading.node, str(reading.gpu), job_id, reading.job]
             util.add_metric(values, reading.utilisation)
             used.add_metric(values, reading.memory_used_mib)
         yield util
