@@ -172,3 +172,29 @@ def level_edge(resolution: int, *, newest: bool) -> datetime | None:
     (resolution, at) index. Asked apart, as SQLite answers MIN and MAX together with a scan."""
     rows = GpuSample.objects.filter(resolution=resolution).order_by("-at" if newest else "at")
     return rows.values_list("at", flat=True).first()
+
+
+# How far back the Job page's chart looks.
+JOB_CHART_WINDOW = timedelta(hours=24)
+
+
+def job_gpu_history(*, job_id: int, since: datetime, now: datetime) -> tuple[int, list[GpuSeries]]:
+    """The job's GPUs since `since` at the finest level that covers the window, and, under
+    averages, the raw samples newer than the last average (the minutes not averaged yet), so a
+    chart runs up to now. Two queries at most. Returns (resolution, series)."""
+    level = resolution_for(now - since)
+    series = job_gpu_series(job_id=job_id, since=since, resolution=level)
+    if level == Resolution.RAW:
+        return level, series
+    last = max((entry.at[-1] for entry in series), default=None)
+    tail_since = last + timedelta(seconds=level) if last is not None else since
+    by_key = {entry.key: entry for entry in series}
+    for entry in job_gpu_series(job_id=job_id, since=tail_since, resolution=Resolution.RAW):
+        known = by_key.get(entry.key)
+        if known is None:
+            by_key[entry.key] = entry
+            continue
+        known.at.extend(entry.at)
+        known.utilisation.extend(entry.utilisation)
+        known.memory_used_mib.extend(entry.memory_used_mib)
+    return level, sorted(by_key.values(), key=lambda entry: entry.label)

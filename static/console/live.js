@@ -38,6 +38,7 @@
   }
 
   function apply(topic, change) {
+    document.dispatchEvent(new CustomEvent("live:change", { detail: { topic: topic, change: change } })); // for charts (docs/live.md)
     cells().forEach(function (cell) {
       var key = cell.dataset.live;
       if (key.lastIndexOf(topic + ":", 0) !== 0) { return; }
