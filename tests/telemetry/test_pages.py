@@ -42,7 +42,7 @@ def test_job_page_charts_each_gpu_of_the_job(cluster: dict[str, Any]) -> None:
             services.record_simulated_samples()
             traveller.shift(timedelta(seconds=5))
     html = client_of(cluster["dave"]).get(f"/jobs/{train.pk}/").content.decode()
-    assert 'data-job-gpus="job:%d"' % train.pk in html and 'data-live-topics="job:%d"' % train.pk in html
+    assert f'data-job-gpus="job:{train.pk}"' in html and f'data-live-topics="job:{train.pk}"' in html
     assert "console/job_gpus.js" in html and "console/charts.js" in html
     figure = figure_of(html, train.pk)
     placement = train.placements.get()
