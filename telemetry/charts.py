@@ -23,6 +23,7 @@ PALETTE: Final = (
 MAX_POINTS: Final = 2_160
 _GRID: Final = "rgba(128, 128, 128, 0.25)"
 _MIB_PER_GIB: Final = 1024.0
+_LEGEND_AT_MOST: Final = 8
 
 
 def gib(mib: float) -> float:
@@ -67,9 +68,23 @@ def job_gpu_figure(series: Sequence[GpuSeries]) -> dict[str, Any]:
         "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
         "margin": {"l": 56, "r": 16, "t": 8, "b": 24},
         "xaxis": {"type": "date", "gridcolor": _GRID, "automargin": True, "anchor": "y2"},
-        "yaxis": {"title": {"text": "Util %"}, "range": [0, 100], "domain": [0.55, 1], "gridcolor": _GRID},
-        "yaxis2": {"title": {"text": "Memory GiB"}, "rangemode": "tozero", "domain": [0, 0.42], "gridcolor": _GRID},
+        "yaxis": {
+            "title": {"text": "Util %"},
+            "automargin": True,
+            "range": [0, 100],
+            "domain": [0.55, 1],
+            "gridcolor": _GRID,
+        },
+        "yaxis2": {
+            "title": {"text": "GiB"},
+            "automargin": True,
+            "rangemode": "tozero",
+            "domain": [0, 0.42],
+            "gridcolor": _GRID,
+        },
         "hovermode": "x unified",
+        # A legend of more than 8 GPUs crowds the plot out at 390 px; hovering names each line.
+        "showlegend": len(series) <= _LEGEND_AT_MOST,
         "legend": {"orientation": "h", "y": -0.2},
     }
     return {
