@@ -12,6 +12,7 @@ and deleting a job must not walk millions of samples. Pruning is what removes ro
 from __future__ import annotations
 
 from django.db import models
+from django.db.models import Q
 
 
 class Resolution(models.IntegerChoices):
@@ -50,8 +51,9 @@ class GpuSample(models.Model):
             models.Index(fields=["resolution", "at"], name="gpusample_level_at"),
             # A job's chart: its rows at one level over a window.
             models.Index(fields=["job", "resolution", "at"], name="gpusample_job_level_at"),
-            # The latest reading of each GPU (Nodes page, /metrics).
-            models.Index(fields=["resolution", "node", "gpu", "at"], name="gpusample_gpu_level_at"),
+            # The latest reading of each GPU (Nodes page, /metrics): raw rows only, a partial
+            # index a twentieth the size of a full one (raw rows are an hour of 7 days' rows).
+            models.Index(fields=["node", "gpu", "at"], condition=Q(resolution=0), name="gpusample_latest_raw"),
         ]
 
     def __str__(self) -> str:

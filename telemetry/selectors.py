@@ -83,16 +83,17 @@ def latest_gpu_readings(*, now: datetime, node_ids: Iterable[int] | None = None)
             return []
         only = f" AND node_id IN ({', '.join('%s' for _ in wanted)})"
         params.extend(wanted)
-    params.append(Resolution.RAW)
     # The newest sample time per GPU over a short range of (resolution, at), then its row by
-    # (resolution, node, gpu, at): two index ranges, not a scan of the hour's samples.
+    # the partial index on raw rows' (node, gpu, at): two index ranges, not a scan of the hour's
+    # samples. `resolution = 0` is written out: a planner uses a partial index only for a
+    # condition it can read, not a parameter.
     sql = (
         f"SELECT s.node_id, n.name, s.gpu, s.job_id, j.name, s.at, s.utilisation, s.memory_used_mib, "
         f"s.memory_total_mib FROM {samples} s "
         f"JOIN (SELECT node_id, gpu, MAX(at) AS last FROM {samples} WHERE resolution = %s AND at >= %s{only} "
         f"GROUP BY node_id, gpu) m ON s.node_id = m.node_id AND s.gpu = m.gpu AND s.at = m.last "
         f"JOIN {nodes} n ON n.id = s.node_id LEFT JOIN {jobs} j ON j.id = s.job_id "
-        f"WHERE s.resolution = %s ORDER BY s.node_id, s.gpu, s.id"
+        f"WHERE s.resolution = {int(Resolution.RAW)} ORDER BY s.node_id, s.gpu, s.id"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
