@@ -13,7 +13,7 @@ Prints: the cost of a sample batch (readings, record), of the downsampling; the 
 of each level at the end, and the bytes per node per day that a full retention holds; the
 chart query of one 8-GPU job over 24 h at 1-minute resolution (selector and plotly figure).
 Bytes: SQLite counts the pages in use (page_count - freelist_count) after the run, less those
-before; PostgreSQL pg_total_relation_size (table, indexes and TOAST) after VACUUM.
+before; PostgreSQL pg_total_relation_size (table, indexes and TOAST) after VACUUM FULL.
 """
 
 from __future__ import annotations
@@ -109,9 +109,12 @@ def used_bytes() -> int:
 
 
 def vacuum() -> None:
+    """PostgreSQL keeps a deleted row's space for reuse (plain VACUUM); FULL rewrites the table
+    and its indexes, so the size counts live rows only. In service autovacuum runs instead, and
+    the table holds about one pruning's worth of reusable space on top (see docs/telemetry.md)."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute(f"VACUUM {GpuSample._meta.db_table}")
+            cursor.execute(f"VACUUM FULL {GpuSample._meta.db_table}")
 
 
 def run(arguments: argparse.Namespace) -> None:

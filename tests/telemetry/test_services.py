@@ -240,3 +240,14 @@ def test_selectors_latest_reading_and_job_series(cluster: dict[str, Any]) -> Non
     placed = [f"{p.node.name} GPU {gpu}" for p in train.placements.select_related("node") for gpu in p.devices]
     assert [entry.label for entry in series] == sorted(placed)
     assert all(len(entry.at) == 6 for entry in series)
+
+
+def test_beat_runs_the_sampler_and_the_downsampling() -> None:
+    from django.conf import settings
+
+    schedule = settings.CELERY_BEAT_SCHEDULE
+    sampler, retention = schedule["telemetry-sample-simulated-gpus"], schedule["telemetry-downsample-and-prune"]
+    assert sampler["task"] == tasks.sample_simulated_gpus.name
+    assert sampler["schedule"] == settings.TELEMETRY_SAMPLE_SECONDS == 5.0
+    assert retention["task"] == tasks.downsample_and_prune.name and retention["schedule"] == 60.0
+    assert "scheduling-cycle" in schedule  # added to, not replaced
