@@ -2,6 +2,10 @@
 downsampled and pruned every simulated minute as the beat task does.
 
     python benchmarks/telemetry_storage.py [--nodes 1000] [--hours 24] [--chart-repeat 30]
+    python benchmarks/telemetry_storage.py --chart-only [--chart-repeat 30]
+
+`--chart-only` writes a day of 1-minute averages for one 8-GPU job (bulk, no sampling) and times
+its chart alone: seconds instead of the full run's minutes.
 
 Runs on a throwaway test database (SQLite in memory by default; PostgreSQL with DATABASE_URL).
 Every node is simulated: 60 % run one 8-GPU training job, 15 % two 4-GPU inference jobs, 10 %
@@ -39,6 +43,7 @@ from django.db import connection  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
 
 from quotas.models import Node, Quota, ResourcePool  # noqa: E402
+from scheduling import bulk  # noqa: E402
 from scheduling.clock import SimulatedClock, use_clock  # noqa: E402
 from scheduling.models import Job, JobState, ReplicaPlacementRecord  # noqa: E402
 from telemetry import charts, selectors, services  # noqa: E402
@@ -205,6 +210,29 @@ def storage(arguments: argparse.Namespace, before: int) -> None:
     )
 
 
+def chart_only(arguments: argparse.Namespace) -> None:
+    job_id = populate(1)
+    node_id = Node.objects.get().pk
+    now = START + timedelta(days=1)
+    rows = [
+        (node_id, gpu, job_id, Resolution.MINUTE, now - timedelta(minutes=minute), 90.0, 70_000, 81_920)
+        for minute in range(1, 1441)
+        for gpu in range(GPUS)
+    ]
+    bulk.insert(GpuSample, services._COLUMNS, rows)
+    timings = []
+    for _ in range(arguments.chart_repeat):
+        started = time.perf_counter()
+        level, series = selectors.job_gpu_history(job_id=job_id, since=now - timedelta(hours=24), now=now)
+        charts.job_gpu_figure(series)
+        timings.append((time.perf_counter() - started) * 1000)
+    print(
+        f"chart of an 8-GPU job over 24 h at level {level} ({sum(len(entry.at) for entry in series)} points, "
+        f"selector and figure; {connection.vendor}): median {statistics.median(timings):.1f} ms, "
+        f"max {max(timings):.1f} ms over {arguments.chart_repeat}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=1000)
@@ -212,6 +240,7 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=5.0)
     parser.add_argument("--chart-repeat", type=int, default=30)
     parser.add_argument("--progress", action="store_true")
+    parser.add_argument("--chart-only", action="store_true")
     arguments = parser.parse_args()
     setup_test_environment()
     settings.SCHEDULER_PUBLISH_EVENTS = False  # storage alone; the live fan-out is measured elsewhere
@@ -219,7 +248,7 @@ def main() -> None:
         connection.settings_dict["TEST"]["NAME"] = "benchmark_telemetry_storage"
     old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
     try:
-        run(arguments)
+        chart_only(arguments) if arguments.chart_only else run(arguments)
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
 

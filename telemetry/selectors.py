@@ -126,13 +126,20 @@ def gpu_label(node: str, gpu: int) -> str:
 
 def job_gpu_series(*, job_id: int, since: datetime, resolution: int) -> list[GpuSeries]:
     """The job's GPUs since `since` at one level, one series per (node, GPU), in one query."""
-    rows = (
+    queryset = (
         GpuSample.objects.filter(job_id=job_id, resolution=resolution, at__gte=since)
         .order_by("at", "node_id", "gpu")
         .values_list("node_id", "node__name", "gpu", "at", "utilisation", "memory_used_mib", "memory_total_mib")
     )
+    # Through the driver, not Django's per-value converters: a day of minutes for 8 GPUs is
+    # 11,520 datetimes, and fromisoformat (in _aware) parses them several times faster.
+    sql, params = queryset.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
     series: dict[str, GpuSeries] = {}
-    for node_id, node, gpu, at, busy, used, total in rows:
+    for node_id, node, gpu, raw_at, busy, used, total in rows:
+        at = _aware(raw_at)
         key = gpu_key(node_id, gpu)
         entry = series.get(key)
         if entry is None:
