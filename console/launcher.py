@@ -86,7 +86,44 @@ def _prepare_database() -> None:
         call_command("collectstatic", interactive=False, verbosity=0)
     if settings.CONSOLE_DEMO:
         call_command("load_demo", if_empty=True)
+    if settings.CONSOLE_LOCAL_AGENT:
+        _prepare_local_agent(settings.CONSOLE_LOCAL_AGENT_GPUS)
     connections.close_all()  # children open their own connections
+
+
+LOCAL_AGENT_NODE = "local"
+LOCAL_AGENT_DIR = BASE_DIR / "var" / "agent"
+
+
+def _prepare_local_agent(gpus: int) -> None:
+    """CONSOLE_LOCAL_AGENT: the node `local` (agent executor) and a fresh token only its user reads."""
+    from quotas.node_agents import prepare_local_agent
+
+    token = prepare_local_agent(name=LOCAL_AGENT_NODE, gpus=gpus)
+    LOCAL_AGENT_DIR.mkdir(parents=True, exist_ok=True)
+    token_file = LOCAL_AGENT_DIR / "local.token"
+    token_file.touch(mode=0o600)
+    token_file.chmod(0o600)
+    token_file.write_text(token)
+    _say(f"local agent: node {LOCAL_AGENT_NODE} with {gpus} fake GPUs runs jobs as real processes")
+
+
+def _local_agent_command(port: int, host: str, gpus: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "gqc.agent",
+        "--server",
+        f"http://{host}:{port}",
+        "--node",
+        LOCAL_AGENT_NODE,
+        "--token-file",
+        str(LOCAL_AGENT_DIR / "local.token"),
+        "--fake-gpus",
+        str(gpus),
+        "--state-dir",
+        str(LOCAL_AGENT_DIR / "state"),
+    ]
 
 
 def _process_table(port: int, host: str) -> dict[str, list[str]]:
@@ -210,7 +247,10 @@ def serve() -> int:
         from django.conf import settings
 
         host = os.environ.get("HOST", "127.0.0.1")
-        supervisor = Supervisor(_process_table(settings.PORT, host), cwd=BASE_DIR, on_change=_report_change)
+        processes = _process_table(settings.PORT, host)
+        if settings.CONSOLE_LOCAL_AGENT:
+            processes["agent"] = _local_agent_command(settings.PORT, host, settings.CONSOLE_LOCAL_AGENT_GPUS)
+        supervisor = Supervisor(processes, cwd=BASE_DIR, on_change=_report_change)
         supervisor.start()
         _say("starting web, worker and beat")
         gave_up = _until_healthy(supervisor, _health_url(host, settings.PORT), lambda: stop_requested)

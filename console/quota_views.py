@@ -17,7 +17,9 @@ from django.core.paginator import Paginator
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.template import engines
 from django.urls import reverse
+from django.utils.safestring import mark_safe
 
 from console import node_views, quota_forms
 from console import selectors as console_selectors
@@ -168,7 +170,16 @@ def resource_quotas(request: HttpRequest) -> HttpResponse:
         # them she may see (issue 11: the counts did not match her Jobs page).
         yours = {} if _is_platform_admin(request) else _visible_live_counts(request, rows)
         shown = [{**row, "yours": yours.get(row["quota"].pk)} for row in rows]
-        context.update(rows=shown, query=query, parents={row["quota"].parent_id for row in rows})
+        tree_rows = engines["jinja2"].get_template("console/quotas/tree_rows.html").render(
+            {
+                "rows": shown,
+                "parents": {row["quota"].parent_id for row in rows},
+                "may_change": context["may_change"],
+                "quota_base": context["quota_base"],
+            }
+        )
+        # Jinja2 escaped every value as it rendered (autoescape is on in Django's backend).
+        context.update(rows=shown, query=query, tree_rows=mark_safe(tree_rows))
     return render(request, "console/quotas/resource_quotas.html", context)
 
 

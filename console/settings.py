@@ -92,6 +92,14 @@ TEMPLATES = [
             ],
         },
     },
+    # Second, for the row templates of thousand-row tables only (console/jinja.py says why);
+    # its own directory, so Django's engine never picks up one of these by name.
+    {
+        "BACKEND": "django.template.backends.jinja2.Jinja2",
+        "DIRS": [BASE_DIR / "jinja2"],
+        "APP_DIRS": False,
+        "OPTIONS": {"environment": "console.jinja.environment"},
+    },
 ]
 
 DATABASE_POOL_SIZE: int = env.int("DATABASE_POOL_SIZE", default=10)
@@ -251,6 +259,15 @@ SCHEDULER_ALLOCATION_HISTORY_HOURS: float = env.float("SCHEDULER_ALLOCATION_HIST
 SCHEDULER_ALLOCATION_HISTORY_MAX_ROWS: int = env.int("SCHEDULER_ALLOCATION_HISTORY_MAX_ROWS", default=500_000)
 SCHEDULER_ALLOCATION_HISTORY_PRUNE_SECONDS: float = 60.0
 HEARTBEAT_SECONDS: float = env.float("HEARTBEAT_SECONDS", default=10.0)
+# The node agent (AGENT.md): how often agents beat, and when a silent node is lost. A node with no
+# beat for NODE_LOST_SECONDS goes not ready; NODE_LOST_GRACE_SECONDS later its jobs are requeued.
+AGENT_HEARTBEAT_SECONDS: float = env.float("AGENT_HEARTBEAT_SECONDS", default=2.0)
+NODE_LOST_SECONDS: float = env.float("NODE_LOST_SECONDS", default=30.0)
+NODE_LOST_GRACE_SECONDS: float = env.float("NODE_LOST_GRACE_SECONDS", default=30.0)
+# The embedded default may start one local agent (--fake-gpus) beside web, worker and beat, on an
+# agent node of its own, so that a newcomer sees real processes run (docs/agent.md).
+CONSOLE_LOCAL_AGENT: bool = env.bool("CONSOLE_LOCAL_AGENT", default=False)
+CONSOLE_LOCAL_AGENT_GPUS: int = env.int("CONSOLE_LOCAL_AGENT_GPUS", default=2)
 # Per-GPU telemetry (docs/telemetry.md): the simulated nodes' sampling interval, and how long
 # each level is kept (samples, then 1-minute averages, then 1-hour averages).
 TELEMETRY_SAMPLE_SECONDS: float = env.float("TELEMETRY_SAMPLE_SECONDS", default=5.0)

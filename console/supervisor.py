@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from console.lifeline import die_with_parent
+
 STOP_TIMEOUT_SECONDS = 15.0
 
 
@@ -169,7 +171,9 @@ class Supervisor:
 
     def _spawn(self, child: Child) -> None:
         # Its own session: Ctrl-C at the terminal reaches the launcher only, which stops children in order.
-        child.process = subprocess.Popen(child.command, cwd=self.cwd, start_new_session=True)
+        child.process = subprocess.Popen(
+            child.command, cwd=self.cwd, start_new_session=True, preexec_fn=die_with_parent
+        )
         child.started_at = self.clock()
         child.restart_at = None
 

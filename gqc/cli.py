@@ -161,6 +161,22 @@ def cancel(job: int, dry_run: bool, output: str) -> None:
 
 
 @cli.command()
+@click.argument("job", type=int)
+@output_option
+def logs(job: int, output: str) -> None:
+    """The last lines of a job's output, as its node agents shipped them."""
+    with signed_in() as client:
+        answer = client.get(f"jobs/{job}/logs/")
+    if output in {"json", "yaml"}:
+        emit(answer, output=output)
+        return
+    if answer["truncated"]:
+        click.echo("(earlier lines dropped: the console keeps the last lines only)", err=True)
+    for line in answer["lines"]:
+        click.echo(line)
+
+
+@cli.command()
 @output_option
 def quotas(output: str) -> None:
     """The quotas you may see: guarantee, limit, fair share and what is allocated now."""

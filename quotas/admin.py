@@ -9,8 +9,9 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from console.admin import ReadOnlyAdmin
 from quotas import services
-from quotas.models import AuditRecord, GpuDevice, Node, Quota, ResourcePool
+from quotas.models import AuditRecord, GpuDevice, Node, NodeAgent, Quota, ResourcePool
 
 
 class QuotaAdminForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -189,3 +190,12 @@ class AuditRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_delete_permission(self, request: HttpRequest, obj: AuditRecord | None = None) -> bool:
         return False
+
+
+@admin.register(NodeAgent)
+class NodeAgentAdmin(ReadOnlyAdmin):
+    """Read-only: a token is issued through the API (shown once, stored hashed), never typed here."""
+
+    list_display = ["node", "token_prefix", "token_issued_at", "registered_at", "lost_at"]
+    list_select_related = ["node"]
+    search_fields = ["node__name"]

@@ -52,6 +52,18 @@ RULE_CAPS_MAX: Final = 9  # one per priority at most
 CAP_GPUS_MAX: Final = QUOTA_GPUS_MAX
 ROLE_PERMISSIONS_MAX: Final = 10
 
+# The node agent's reports (AGENT.md): a beat carries at most this much, whatever the host runs.
+AGENT_PROCESSES_MAX: Final = 1_024  # processes one agent reports in one beat
+AGENT_DEVICE_UUID_MAX_LENGTH: Final = 100
+AGENT_DEVICE_MEMORY_MIB_MAX: Final = 10_000_000
+AGENT_LOG_LINES_PER_BEAT: Final = 200  # new lines of one process's output per beat
+AGENT_LOG_LINE_MAX_LENGTH: Final = 2_000
+AGENT_LOG_LINES_KEPT: Final = 500  # the tail the console keeps per job
+AGENT_SAMPLES_MAX: Final = 1_024  # utilisation samples per beat, all GPUs together
+AGENT_PID_MAX: Final = 4_194_304  # Linux's pid_max ceiling
+AGENT_EXIT_CODE_MIN: Final = -255  # a negative code is the signal that ended the process
+AGENT_EXIT_CODE_MAX: Final = 255
+
 # The most rows one page of a list may ask for (`?limit=`).
 PAGE_SIZE_MAX: Final = 1_000
 OFFSET_MAX: Final = 1_000_000_000

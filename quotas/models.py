@@ -156,3 +156,23 @@ class AuditRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.action} {self.object_type} {self.object_repr}"
+
+
+class NodeAgent(models.Model):
+    """The agent of one node (AGENT.md): its token, stored hashed, and what it last registered.
+
+    One row per node: issuing a token overwrites the hash, so the old token stops working at once.
+    `lost_at` marks a node that the lost-node check made not ready, so that the agent's next beat
+    makes it ready again without undoing a `down` an admin asked for.
+    """
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="agent")
+    token_hash = models.CharField(max_length=64, unique=True)
+    token_prefix = models.CharField(max_length=12, blank=True, default="")
+    token_issued_at = models.DateTimeField()
+    registered_at = models.DateTimeField(null=True, blank=True)
+    registered_devices = models.JSONField(default=list, blank=True)
+    lost_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"agent of {self.node_id}"

@@ -2,10 +2,13 @@
 
 - `engine/`: the scheduler itself, plain Python; it imports only itself and the standard library.
 - `models`, `clock`, `lock`, `bulk`, `beat`, `history`: data and infrastructure.
-- `lifecycle`: a job's state transitions. `selectors`, `estimates`, `usage`: reads, shared by pages, API and consumers.
-- `live`, `events`: what is published after commit. `triggers`: asks for a cycle.
+- `lifecycle`: a job's state transitions. `selectors`, `estimates`, `usage`, `agent_selectors`: reads,
+  shared by pages, API and consumers.
+- `live`, `events`: what is published after commit. `triggers`: asks for a cycle, through the
+  runners that `apps.SchedulingConfig.ready()` hands it (the cycle and the task sit above it).
 - `executors`: carry decisions out, through lifecycle and events (never services or the cycle).
-- `cycle`: snapshot -> engine -> commit, then the executor acts. `services`: writes, which trigger a cycle.
+- `cycle`: snapshot -> engine -> commit, then the executor acts. `services`, `agent_services` (the agents'
+  beats): writes, which trigger a cycle.
 - `tasks`, `providers`, `simulate/` (`scenarios`): entry points.
 - `api/`, `views`, `forms`, `templatetags/`, `admin`, `management/`: interfaces.
 """

@@ -15,7 +15,16 @@ from django.http import HttpRequest
 
 from console.admin import ReadOnlyAdmin, ReadOnlyInline
 from scheduling import services
-from scheduling.models import AllocationSample, CycleRecord, Job, JobEvent, ReplicaPlacementRecord, SchedulerFence
+from scheduling.models import (
+    AgentProcess,
+    AllocationSample,
+    CycleRecord,
+    Job,
+    JobEvent,
+    JobLog,
+    ReplicaPlacementRecord,
+    SchedulerFence,
+)
 
 
 class PlacementInline(ReadOnlyInline):
@@ -96,3 +105,22 @@ class AllocationSampleAdmin(ReadOnlyAdmin):
     list_select_related = ["quota"]
     search_fields = ["quota__name"]
     date_hierarchy = "at"
+
+
+@admin.register(AgentProcess)
+class AgentProcessAdmin(ReadOnlyAdmin):
+    """What the node agents report of the processes they run (scheduling.agent_services)."""
+
+    list_display = ["job", "node", "replica", "state", "pid", "exit_code", "started_at", "exited_at"]
+    list_select_related = ["job", "node"]
+    list_filter = ["state"]
+    search_fields = ["job__name", "node__name"]
+
+
+@admin.register(JobLog)
+class JobLogAdmin(ReadOnlyAdmin):
+    """The tail of a job's log as its agent shipped it."""
+
+    list_display = ["job", "truncated", "updated_at"]
+    list_select_related = ["job"]
+    search_fields = ["job__name"]

@@ -31,10 +31,19 @@ class SchedulingConfig(AppConfig):
     def ready(self) -> None:
         # The quotas app sends these after commit and shows figures only the scheduler knows.
         from quotas import hooks, signals
-        from scheduling import providers
+        from scheduling import cycle, providers, tasks, triggers
 
         signals.quota_tree_changed.connect(_quota_tree_changed, dispatch_uid="scheduling-quota-tree-changed")
         signals.inventory_changed.connect(_inventory_changed, dispatch_uid="scheduling-inventory-changed")
+        triggers.register_runners(
+            triggers.CycleRunners(
+                run_cycle=lambda reason: cycle.run_cycle(trigger=reason),
+                in_cycle=cycle.in_cycle,
+                queue_cycle=lambda reason: tasks.run_scheduling_cycle.apply_async(
+                    kwargs={"trigger": reason}, retry=False
+                ),
+            )
+        )
         hooks.register_status_provider(providers.quota_status)
         hooks.register_preview_provider(providers.preview)
         if hasattr(hooks, "register_quota_delete_guard"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from django.db.models import F
 
@@ -121,3 +122,22 @@ def end_job(
     add_event(job_id=job.pk, kind=event_kind, at=now, message=message)
     job.refresh_from_db()
     return True
+
+
+# What an audit record keeps of a job, before and after (readers of a job load these fields).
+JOB_SUMMARY_FIELDS = (
+    "name",
+    "workspace_id",
+    "quota_id",
+    "kind",
+    "gpus",
+    "replicas",
+    "min_replicas",
+    "priority",
+    "preemptible",
+    "state",
+)
+
+
+def job_summary(job: Job) -> dict[str, Any]:
+    return {field_name: getattr(job, field_name) for field_name in JOB_SUMMARY_FIELDS}

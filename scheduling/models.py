@@ -211,6 +211,48 @@ class SchedulerFence(models.Model):
         return f"fence token={self.token} generation={self.generation}"
 
 
+class AgentProcessState(models.TextChoices):
+    RUNNING = "running", "Running"
+    EXITED = "exited", "Exited"
+
+
+class AgentProcess(models.Model):
+    """What a node's agent reported about the process of one replica (AGENT.md heartbeat).
+
+    `replica` is the id of the placement the process was started for; a placement is deleted when
+    its job lets go of the GPUs, so the id is kept as a plain number: a process outliving its
+    placement must still be recognised, and told to stop. One row per (node, replica): a replica is
+    started once on its node, never twice.
+    """
+
+    node = models.ForeignKey("quotas.Node", on_delete=models.CASCADE, related_name="agent_processes")
+    replica = models.PositiveBigIntegerField()
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="agent_processes")
+    state = models.CharField(max_length=10, choices=AgentProcessState.choices)
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    started_at = models.DateTimeField()
+    exited_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [models.UniqueConstraint(fields=["node", "replica"], name="agent_process_once_per_replica")]
+
+    def __str__(self) -> str:
+        return f"replica {self.replica} of job {self.job_id} on {self.node_id}: {self.state}"
+
+
+class JobLog(models.Model):
+    """The last lines of a job's output, as its agents shipped them (bounded: AGENT_LOG_LINES_KEPT)."""
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="log")
+    lines = models.JSONField(default=list, blank=True)
+    truncated = models.BooleanField(default=False)
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"log of job {self.job_id}"
+
 class AllocationSample(models.Model):
     """A quota's GPU figures as a cycle left them, written only when one of them changed.
 

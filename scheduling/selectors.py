@@ -667,11 +667,11 @@ __all__ = [
 ]
 
 
-def scheduler_status(*, include_decisions: bool) -> dict[str, Any]:
-    """GET scheduler/status/: the last committed cycle, and who holds the lock right now."""
-    from scheduling.executors import get_executor
+def scheduler_status(*, include_decisions: bool, executor: str, trigger_mode: str) -> dict[str, Any]:
+    """GET scheduler/status/: the last committed cycle, and who holds the lock right now.
+
+    The executor's name and the trigger mode come from the caller: both live above reads."""
     from scheduling.lock import get_cycle_lock, lock_backend
-    from scheduling.triggers import trigger_mode
 
     record = last_cycle()
     try:
@@ -693,8 +693,8 @@ def scheduler_status(*, include_decisions: bool) -> dict[str, Any]:
         "decisions": decisions,
         "lock_holder": holder,
         "lock_backend": lock_backend(),
-        "executor": get_executor().name,
-        "trigger_mode": trigger_mode(),
+        "executor": executor,
+        "trigger_mode": trigger_mode,
     }
 
 

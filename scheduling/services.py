@@ -283,7 +283,7 @@ def _submit(actor: Actor, submissions: Sequence[JobSubmission], *, name_jobs: bo
                     object_type="job",
                     object_id=job.pk,
                     object_repr=job.name,
-                    after=job_summary(job),
+                    after=lifecycle.job_summary(job),
                 )
                 for job in jobs
             ]
@@ -406,25 +406,6 @@ def _preview_submission(job: Job, now: Any) -> SubmitPreview:
     )
 
 
-# What an audit record keeps of a job, before and after (readers of a job load these fields).
-JOB_SUMMARY_FIELDS = (
-    "name",
-    "workspace_id",
-    "quota_id",
-    "kind",
-    "gpus",
-    "replicas",
-    "min_replicas",
-    "priority",
-    "preemptible",
-    "state",
-)
-
-
-def job_summary(job: Job) -> dict[str, Any]:
-    return {field_name: getattr(job, field_name) for field_name in JOB_SUMMARY_FIELDS}
-
-
 def _publish_on_commit(*jobs: Job) -> None:
     # One batch: the live topics of a bulk submission are read back in one go (scheduling.live).
     batch = [events.job_event(job) for job in jobs]
@@ -442,7 +423,7 @@ def cancel_job(*, actor: Actor, job: Job, dry_run: bool = False) -> Job | DryRun
     now = get_clock().now()
     with transaction.atomic():
         locked = Job.objects.select_for_update().get(pk=job.pk)
-        before = job_summary(locked)
+        before = lifecycle.job_summary(locked)
         if not lifecycle.end_job(
             job=locked,
             final_state=JobState.CANCELLED,
@@ -465,7 +446,7 @@ def cancel_job(*, actor: Actor, job: Job, dry_run: bool = False) -> Job | DryRun
             object_id=locked.pk,
             object_repr=locked.name,
             before=before,
-            after=job_summary(locked),
+            after=lifecycle.job_summary(locked),
         )
         triggers.request_cycle_on_commit("cancel")
         _publish_on_commit(locked)
@@ -478,7 +459,7 @@ def finish_job(*, job: Job, succeeded: bool = True, message: str = "") -> Job:
     now = get_clock().now()
     with transaction.atomic():
         locked = Job.objects.select_for_update().get(pk=job.pk)
-        before = job_summary(locked)
+        before = lifecycle.job_summary(locked)
         allowed = (JobState.RUNNING, JobState.RELEASING) if succeeded else ACTIVE_STATES
         if not lifecycle.end_job(
             job=locked,
@@ -501,7 +482,7 @@ def finish_job(*, job: Job, succeeded: bool = True, message: str = "") -> Job:
             object_id=locked.pk,
             object_repr=locked.name,
             before=before,
-            after=job_summary(locked),
+            after=lifecycle.job_summary(locked),
         )
         triggers.request_cycle_on_commit("finish" if succeeded else "fail")
         _publish_on_commit(locked)

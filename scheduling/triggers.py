@@ -17,8 +17,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import Final
 
@@ -32,6 +33,30 @@ logger = logging.getLogger(__name__)
 MODES: Final = ("celery", "inline", "none")
 _INLINE_MAX_RERUNS: Final = 50
 _local = threading.local()
+
+
+@dataclass(frozen=True, slots=True)
+class CycleRunners:
+    """What a trigger calls to have a cycle run. The cycle and the task sit above this module
+    (they import it to clear requests), so SchedulingConfig.ready() hands them down here."""
+
+    run_cycle: Callable[[str], object]  # inline: one cycle in this thread, with this trigger
+    in_cycle: Callable[[], bool]  # whether this thread is inside a cycle now
+    queue_cycle: Callable[[str], object]  # celery: send the cycle task
+
+
+_runners: CycleRunners | None = None
+
+
+def register_runners(runners: CycleRunners) -> None:
+    global _runners
+    _runners = runners
+
+
+def _registered() -> CycleRunners:
+    if _runners is None:
+        raise RuntimeError("scheduling's cycle runners are not registered: is the app loaded (SchedulingConfig.ready)?")
+    return _runners
 
 
 def trigger_mode() -> str:
@@ -63,8 +88,6 @@ def request_cycle(reason: str) -> bool:
 
 
 def _queue_task(reason: str) -> bool:
-    from scheduling.tasks import run_scheduling_cycle
-
     ttl = max(1, int(float(getattr(settings, "SCHEDULER_BEAT_SECONDS", 5.0)) * 2))
     try:
         client = redis_client()
@@ -75,7 +98,7 @@ def _queue_task(reason: str) -> bool:
         logger.warning("could not mark a cycle as requested (%s): %s; beat will run one", reason, error)
         return False
     try:
-        run_scheduling_cycle.apply_async(kwargs={"trigger": reason}, retry=False)
+        _registered().queue_cycle(reason)
     except Exception as error:  # noqa: BLE001 (whatever Redis or the broker raise, the write stands; beat catches up)
         logger.warning("could not queue a cycle (%s): %s; beat will run one", reason, error)
         with contextlib.suppress(Exception):  # the key expires by itself
@@ -93,16 +116,15 @@ def clear_request() -> None:
 
 
 def _run_inline(reason: str) -> bool:
-    from scheduling.cycle import in_cycle, run_cycle
-
-    if getattr(_local, "running", False) or in_cycle():
+    runners = _registered()
+    if getattr(_local, "running", False) or runners.in_cycle():
         _local.again = True
         return False
     _local.running = True
     try:
         for _ in range(_INLINE_MAX_RERUNS):
             _local.again = False
-            run_cycle(trigger=reason)
+            runners.run_cycle(reason)
             if not _local.again:
                 break
     finally:

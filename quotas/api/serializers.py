@@ -247,8 +247,11 @@ class NodeSerializer(JsonTypedMixin, serializers.ModelSerializer[Node]):
 
     class Meta:
         model = Node
-        fields = ["id", "name", "gpus", "cpu", "memory_gib", "gpu_model", "labels", "state", "dry_run"]
-        read_only_fields = ["id"]
+        fields = [
+            "id", "name", "gpus", "cpu", "memory_gib", "gpu_model", "labels", "state", "executor", "last_heartbeat",
+            "dry_run",
+        ]
+        read_only_fields = ["id", "last_heartbeat"]
         extra_kwargs: dict[str, dict[str, Any]] = {
             "name": {"validators": [], **text("name", bounds.NAME_MAX_LENGTH)},
             "gpus": within("gpus", bounds.NODE_GPUS_MAX),
@@ -256,6 +259,12 @@ class NodeSerializer(JsonTypedMixin, serializers.ModelSerializer[Node]):
             "memory_gib": within("memory_gib", bounds.NODE_MEMORY_GIB_MAX),
             "gpu_model": text("gpu_model", bounds.GPU_MODEL_MAX_LENGTH, blank=True),
         }
+
+
+class NodeTokenSerializer(serializers.Serializer[dict[str, Any]]):
+    token = serializers.CharField(
+        help_text="Shown once: the console keeps only its hash. Send it as `Authorization: Node <token>`."
+    )
 
 
 class DryRunFlagSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):

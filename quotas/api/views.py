@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import Serializer
 
-from quotas import selectors, services
+from quotas import node_agents, selectors, services
 from quotas.api.filters import AuditRecordFilter, NodeFilter, QuotaFilter
 from quotas.api.permissions import IsPlatformAdmin, PlatformAdminWritesOthersRead, PlatformAdminWritesVisibleReads
 from quotas.api.serializers import (
@@ -22,6 +22,7 @@ from quotas.api.serializers import (
     DryRunFlagSerializer,
     DryRunResultSerializer,
     NodeSerializer,
+    NodeTokenSerializer,
     QuotaSerializer,
     ScaleSerializer,
     TransferResultSerializer,
@@ -224,6 +225,13 @@ class NodeViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
     @action(detail=True, methods=["post"])
     def up(self, request: Request, pk: str | None = None) -> Response:
         return self._set_state(request, NodeState.READY)
+
+    @extend_schema(request=None, responses={201: NodeTokenSerializer})
+    @action(detail=True, methods=["post"], permission_classes=[IsPlatformAdmin])
+    def token(self, request: Request, pk: str | None = None) -> Response:
+        """A new token for the node's agent (AGENT.md), shown this once; the old one stops working."""
+        token = node_agents.issue_node_token(actor=request.user, node=self.get_object())
+        return Response({"token": token}, status=status.HTTP_201_CREATED)
 
     def _change_schedulability(self, request: Request, change: Callable[..., Node | services.DryRunResult]) -> Response:
         serializer = DryRunFlagSerializer(data=request.data)

@@ -113,6 +113,11 @@ class JobEventSerializer(JsonTypedMixin, serializers.ModelSerializer[JobEvent]):
         read_only_fields = fields
 
 
+class JobLogSerializer(serializers.Serializer[Any]):
+    lines = serializers.ListField(child=serializers.CharField(), help_text="Oldest first; the last lines kept.")
+    truncated = serializers.BooleanField(help_text="Earlier lines were dropped (the console keeps a bounded tail).")
+
+
 class SubmitPreviewSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     would_admit = serializers.BooleanField()
     reason = serializers.DictField(allow_null=True)

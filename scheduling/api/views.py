@@ -16,17 +16,19 @@ from rest_framework.views import APIView
 from quotas.api.permissions import IsPlatformAdmin
 from quotas.api.serializers import DryRunResultSerializer
 from quotas.models import Quota
-from scheduling import selectors, services
+from scheduling import agent_selectors, selectors, services, triggers
 from scheduling.api.filters import JobFilter
 from scheduling.api.serializers import (
     CycleOutcomeSerializer,
     JobDryRunSerializer,
     JobEventSerializer,
+    JobLogSerializer,
     JobSerializer,
     JobSubmitSerializer,
     SchedulerStatusSerializer,
     SubmitPreviewSerializer,
 )
+from scheduling.executors import get_executor
 from scheduling.models import Job
 from workspaces.models import Workspace
 from workspaces.permissions import RestrictedViewSetMixin, restrict
@@ -43,7 +45,7 @@ class JobViewSet(
     queryset = Job.objects.all()
     serializer_class = JobSerializer
     filterset_class = JobFilter
-    action_permissions = {"cancel": "manage", "events": "view"}
+    action_permissions = {"cancel": "manage", "events": "view", "logs": "view"}
 
     def get_queryset(self) -> QuerySet[Job]:
         return selectors.job_list(queryset=super().get_queryset()).order_by("-submitted_at", "-id")
@@ -132,6 +134,13 @@ class JobViewSet(
         job = self.get_object()
         return Response(JobEventSerializer(selectors.job_events(job=job), many=True).data)
 
+    @extend_schema(responses={200: JobLogSerializer})
+    @action(detail=True, methods=["get"], filter_backends=[], pagination_class=None)
+    def logs(self, request: Request, pk: str | None = None) -> Response:
+        """The last lines of the job's output, as its node agents shipped them (AGENT.md)."""
+        lines, truncated = agent_selectors.job_log(job=self.get_object())
+        return Response({"lines": lines, "truncated": truncated})
+
 
 class SchedulerCycleView(APIView):
     """Run one cycle now (platform admins) and return its decisions."""
@@ -149,4 +158,9 @@ class SchedulerStatusView(APIView):
 
     @extend_schema(responses={200: SchedulerStatusSerializer})
     def get(self, request: Request) -> Response:
-        return Response(selectors.scheduler_status(include_decisions=bool(request.user.is_superuser)))
+        status_now = selectors.scheduler_status(
+            include_decisions=bool(request.user.is_superuser),
+            executor=get_executor().name,
+            trigger_mode=triggers.trigger_mode(),
+        )
+        return Response(status_now)

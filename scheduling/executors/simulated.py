@@ -25,6 +25,7 @@ from django.db import transaction
 from django.db.models import F
 
 from quotas import audit
+from quotas.models import NodeExecutor
 from scheduling import bulk, events, lifecycle, triggers
 from scheduling.clock import get_clock
 from scheduling.models import Job, JobEvent, JobEventKind, JobState, ReplicaPlacementRecord
@@ -33,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 # Rows per statement (ids in one IN list, objects in one INSERT).
 _BATCH = 1000
+# Jobs with a replica on an agent node belong to the agent executor (`executors.PerNodeExecutor`).
+_ON_AGENT_NODES = ReplicaPlacementRecord.objects.filter(node__executor=NodeExecutor.AGENT).values("job_id")
 
 
 class _Raced(Exception):
@@ -104,7 +107,9 @@ class SimulatedExecutor:
     def release_due(self, now: datetime) -> int:
         """Evicted jobs whose grace period is over let go of their GPUs (all in one transaction)."""
         due = list(
-            Job.objects.filter(state=JobState.RELEASING, release_at__lte=now).values(
+            Job.objects.filter(state=JobState.RELEASING, release_at__lte=now)
+            .exclude(pk__in=_ON_AGENT_NODES)  # their agents report when the processes are gone
+            .values(
                 "id", "revision", "requeue", "grace_seconds"
             )
         )
@@ -150,11 +155,14 @@ class SimulatedExecutor:
 
     def finish_due(self, now: datetime) -> int:
         """Jobs with a duration end by themselves once it has passed (all in one transaction)."""
-        from scheduling.services import JOB_SUMMARY_FIELDS
 
         # The condition (revision), the message (duration) and what the audit record keeps.
-        candidates = Job.objects.filter(state=JobState.RUNNING, duration__isnull=False, started_at__isnull=False).only(
-            "id", "revision", "started_at", "duration", *JOB_SUMMARY_FIELDS
+        candidates = (
+            Job.objects.filter(state=JobState.RUNNING, duration__isnull=False, started_at__isnull=False)
+            .exclude(pk__in=_ON_AGENT_NODES)  # AGENT.md: a duration applies to simulated nodes only
+            .only(
+                "id", "revision", "started_at", "duration", *lifecycle.JOB_SUMMARY_FIELDS
+            )
         )
         due = [
             job
@@ -168,7 +176,6 @@ class SimulatedExecutor:
     def finish_jobs(self, jobs: Sequence[Job]) -> int:
         """Finish (succeeded) the jobs as read, each only while still running at the revision read:
         what `finish_job` writes, for all of them at once. Returns how many finished."""
-        from scheduling.services import job_summary
 
         if not jobs:
             return 0
@@ -211,7 +218,7 @@ class SimulatedExecutor:
                 published = []
                 for job_id in finished:
                     job = by_id[job_id]
-                    before = job_summary(job)
+                    before = lifecycle.job_summary(job)
                     before["state"] = JobState.RUNNING
                     after = {**before, "state": JobState.SUCCEEDED}
                     records.append(

@@ -4,6 +4,10 @@
 // change.state), and with data-live-class the classes become "badge <state>". Extra topics may be
 // listed on any element as data-live-topics="cluster quota:3". A file of its own: the
 // Content-Security-Policy allows no inline script.
+//
+// Regions that htmx polls (data-poll, e.g. a job's placement block) are the fallback for when no
+// socket is live: while one is, their timed polls are skipped, and a change on the socket
+// refreshes them instead ("live:changed", at most every 300 ms).
 (function () {
   "use strict";
   var BACKOFF_MS = [1000, 2000, 4000, 8000, 15000, 30000];
@@ -13,6 +17,22 @@
   var stopped = false;
   var syncing = null;   // a promise while the page re-reads its state over HTTP
   var queued = [];      // changes that arrived meanwhile, applied after it
+  var live = false;     // subscribed and open: the socket carries every change
+  var refreshTimer = null;
+
+  function refreshPolled() {
+    if (refreshTimer || !window.htmx) { return; }
+    refreshTimer = window.setTimeout(function () {
+      refreshTimer = null;
+      document.querySelectorAll("[data-poll]").forEach(function (region) { window.htmx.trigger(region, "live:changed"); });
+    }, 300);
+  }
+
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var detail = event.detail || {};
+    var timed = !(detail.requestConfig && detail.requestConfig.triggeringEvent);
+    if (live && timed && detail.elt && detail.elt.hasAttribute("data-poll")) { event.preventDefault(); }
+  });
 
   function cells() { return document.querySelectorAll("[data-live]"); }
 
@@ -86,15 +106,19 @@
     socket.addEventListener("message", function (event) {
       var message = JSON.parse(event.data);
       if (message.type === "subscription") {
+        live = true;
         badge("live", "Live");
       } else if (message.type === "change") {
         if (syncing) { queued.push(message); } else { apply(message.topic, message.change); }
+        // GPU samples (every 5 s, docs/telemetry.md) change no polled region: charts take them.
+        if (!(message.topic.lastIndexOf("node:", 0) === 0 || Object.keys(message.change).join() === "telemetry")) { refreshPolled(); }
       } else if (message.type === "signed_out") {
         stopped = true;
       }
     });
     socket.addEventListener("close", function (event) {
       socket = null;
+      live = false;
       if (stopped || event.code === 4401 || event.code === 4404) {
         stopped = true;
         badge("stopped", "Live updates stopped: sign in again and reload");

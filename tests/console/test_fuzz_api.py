@@ -14,6 +14,7 @@ its command and figures, is in docs/reliability.md too.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,6 +22,8 @@ import schemathesis
 from django.contrib.auth import get_user_model
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.management import call_command
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
 from schemathesis.specs.openapi.checks import positive_data_acceptance
@@ -43,6 +46,21 @@ FUZZ_SETTINGS = settings(
 # Loaded at collection: the schema view reads no table, and each operation becomes its own test,
 # which xdist can spread over the workers.
 schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", WSGIHandler()).exclude(path_regex=SELF_DEFEATING)
+
+
+@pytest.fixture(autouse=True)
+def connections_kept_across_requests() -> Iterator[None]:
+    """What Django's test client does for its own requests: the handler's end-of-request hook
+    would return the test's connection to the pool mid-transaction (CONN_MAX_AGE is 0 with the
+    PostgreSQL pool), and the next query fails with "Cannot open a new connection in an atomic
+    block". SQLite's in-memory test database never closes, which hid it there."""
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        yield
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
 
 
 @pytest.fixture

@@ -153,3 +153,22 @@ def test_bin_gqc_is_the_program(tmp_path: Path) -> None:
     )
     for command in ("login", "submit", "list", "describe", "cancel", "quotas", "workspaces"):
         assert command in shown.stdout
+
+
+def test_logs_prints_the_tail_the_agents_shipped(dave: Any) -> None:
+    from django.utils import timezone
+
+    from scheduling.models import JobLog
+
+    job = Job.objects.get(name="train-b")
+    assert dave("logs", str(job.pk)).output == ""  # a simulated node ships no log
+    JobLog.objects.create(job=job, lines=["epoch 1", "epoch 2"], truncated=True, updated_at=timezone.now())
+    printed = dave("logs", str(job.pk))
+    assert printed.exit_code == 0, printed.output
+    assert printed.stdout == "epoch 1\nepoch 2\n"
+    assert "earlier lines dropped" in printed.stderr
+    assert json.loads(dave("logs", str(job.pk), "-o", "json").stdout) == {
+        "lines": ["epoch 1", "epoch 2"],
+        "truncated": True,
+    }
+    assert dave("logs", "999999").exit_code == exit_codes.EXIT_NOT_FOUND

@@ -120,12 +120,22 @@ def test_job_page_state_changes_live_when_cancelled_through_the_api(
     check_accessibility(page)
     marker = page.evaluate("() => { window.__notReloaded = true; return true; }")
     assert marker
+    # While the socket is live the block's 2 s poll is skipped; a change refreshes it instead.
+    polls: list[str] = []
+    page.on("request", lambda request: polls.append(request.url) if "part=live" in request.url else None)
+    page.wait_for_timeout(2500)
+    assert polls == [], "the job page polled while its socket was live"
 
     cancel_through_the_api(pai_world["developer"], job)
 
     expect(state).to_have_text("Cancelled", timeout=5000)
     expect(state).to_have_class("badge cancelled")
     assert page.evaluate("() => window.__notReloaded === true"), "the page was reloaded"
+    for _ in range(50):  # the change's refresh of the block (placement, events): once, not on a timer
+        if polls:
+            break
+        page.wait_for_timeout(100)
+    assert polls, "the change on the socket did not refresh the job's block"
 
 
 def test_job_list_state_cells_are_marked_live(

@@ -160,6 +160,15 @@ def test_filter_without_javascript_narrows_by_name(pai_world: dict[str, Abstract
     assert page.count(b'data-testid="quota-row"') == 1
 
 
+def test_the_rows_escape_what_a_name_holds(pai_world: dict[str, AbstractUser]) -> None:
+    """The tree's rows are rendered by Jinja2 (console/jinja.py), outside Django's autoescape."""
+    Quota.objects.filter(name="Quota1.2").update(name='Q"><img src=x onerror=alert(1)>')
+    page = client_as(pai_world, "platform-admin").get("/quotas/").content.decode()
+    assert "<img src=x" not in page
+    assert 'data-quota="Q&#34;&gt;&lt;img src=x onerror=alert(1)&gt;"' in page
+    assert page.count('data-testid="quota-row"') == 3
+
+
 def test_an_unknown_switch_is_a_404(pai_world: dict[str, AbstractUser]) -> None:
     answer = client_as(pai_world, "platform-admin").get(f"/quotas/{quota_id('Quota1')}/switch/gravity/")
     assert answer.status_code == 404

@@ -3,9 +3,8 @@ under axe, with screenshots at 1280 and 390 px in /tmp/shots-ws/ (looked at by t
 
 Journey 4: wanda opens workspace-b → Scheduling Configurations and gives Quota1.1 the usable
 roles developer and operator, then +Add a row that authorizes olga (a non-member), and Saves.
-The visitor and the labeling admin may then no longer use Quota1.1 and olga may. Submit job
-(/jobs/new/) is being built on another branch; until it lands, the check goes through the
-API's dry-run submit, which runs the same `check_submission` as the page will.
+The visitor and the labeling admin may then no longer use Quota1.1 and olga may: checked on
+Submit job (/jobs/new/) as each of them sees it, and through the API's dry-run submit.
 """
 
 from __future__ import annotations
@@ -110,6 +109,25 @@ def test_journey_4_the_workspace_admin_changes_who_may_use_a_quota(
     assert _dry_run(pai_world["developer"]).status_code == 200
     allowed = _dry_run(olga)
     assert allowed.status_code == 200, allowed.content
+
+    # On Submit job: the labeling admin is told why Quota1.1 is missing; olga is offered it.
+    page.context.clear_cookies()
+    sign_in(page, "lara")
+    page.goto(f"{live_server.url}/jobs/new/")
+    page.get_by_label("Workspace").select_option(label="workspace-b")
+    expect(page.get_by_test_id("quota-missing")).to_contain_text(
+        "Quota1.1 is not offered: Role 'labeling_admin' may not use Quota1.1 in workspace-b"
+    )
+    expect(page.get_by_role("button", name="Submit", exact=True)).to_have_count(0)
+    page.context.clear_cookies()
+    sign_in(page, "olga")
+    page.goto(f"{live_server.url}/jobs/new/")
+    page.get_by_label("Workspace").select_option(label="workspace-b")
+    expect(page.get_by_label("Quota", exact=True).locator("option", has_text="Quota1.1")).to_have_count(1)
+    check_accessibility(page)
+    page.context.clear_cookies()
+    sign_in(page, "wanda")
+    page.goto(f"{live_server.url}/workspaces/{workspace.pk}/scheduling/")
 
     # Every tab passes axe, as the admin sees it; screenshots of each.
     for name, label in (("members", "Members"), ("quotas", "Quotas"), ("usage", "Usage")):

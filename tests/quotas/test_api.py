@@ -35,7 +35,7 @@ QUOTA_FIELDS = {
     "min_runtime_seconds",
     "status",
 }
-NODE_FIELDS = {"id", "name", "gpus", "cpu", "memory_gib", "gpu_model", "labels", "state"}
+NODE_FIELDS = {"id", "name", "gpus", "cpu", "memory_gib", "gpu_model", "labels", "state", "executor", "last_heartbeat"}
 
 
 def call(client: APIClient, method: str, path: str, body: dict[str, Any] | None = None) -> Any:

@@ -124,3 +124,28 @@ def test_job_page_chart_has_a_trace_per_gpu_and_grows_live(
     assert lengths == [3] * 48
     last = page.eval_on_selector("[data-testid=job-gpu-chart]", "e => e.data[0].y[e.data[0].y.length - 1]")
     assert 85 <= last <= 95
+
+
+def test_gpu_samples_do_not_refresh_the_job_pages_polled_block(
+    asgi_server: str,  # noqa: F811
+    pai_world: dict[str, AbstractUser],  # noqa: F811
+    browser_page: Page,
+    settings: Any,
+) -> None:
+    """The placement block is refreshed on a state change; a sample every 5 s must not cost each
+    viewer an HTTP request (live.js refreshes polled regions only for other changes)."""
+    settings.SCHEDULER_PUBLISH_EVENTS = True
+    page = browser_page
+    job = Job.objects.get(name="train-b")
+    sign_in_as(page, asgi_server, "dave")
+    page.goto(f"{asgi_server}/jobs/{job.pk}/")
+    chart = page.get_by_test_id("job-gpu-chart")
+    expect(chart).to_have_attribute("data-ready", "true", timeout=20_000)
+    expect(page.get_by_test_id("live-status")).to_have_text("Live")
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url) if "part=live" in request.url else None)
+    for expected in ("1", "2"):
+        in_a_thread(services.record_simulated_samples)
+        expect(chart).to_have_attribute("data-extended", expected, timeout=10_000)
+    page.wait_for_timeout(600)  # past live.js's 300 ms refresh debounce
+    assert requests == []

@@ -1,0 +1,329 @@
+"""The node agent's figures (AGENT.md, issue 13): a thousand agents beating against one console.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/test .venv/bin/python benchmarks/agent_heartbeats.py
+    .venv/bin/python benchmarks/agent_heartbeats.py --agents 1000 --interval 5 --seconds 600
+
+A whole console starts as `bin/run` would (web, worker, beat, Redis) on a scratch database,
+without the demo, with AGENT_HEARTBEAT_SECONDS = --interval. This process then creates --agents
+agent nodes of 8 GPUs, a quota tree over them and a node token each (through the services), and
+drives that many simulated agents from one asyncio loop: each registers, then beats every
+--interval seconds with its processes and 8 GPUs' samples, starts what it is told to start (a
+process "runs" from the moment the answer arrives) and stops at once what it is told to stop,
+beating again straight away as the real agent does when a process exits.
+
+The workload: team-b's borrowing jobs (one 8-GPU job per node, grace 1 s) fill the cluster in
+the first minute; from then on, every 30 s, team-a submits 8-GPU jobs of higher priority that
+reclaim some of them. That gives the decision-to-start figure (admission event → the agent
+received the start) and the stop-to-free one (eviction event → the requeue event written when
+the agent reported the process gone).
+
+It prints heartbeat latency (p50, p99, max) per minute, the web process's memory (RSS) per
+minute, and with --ramp the most beats per second held before p99 passes 100 ms (intervals
+shortened step by step, 20 s each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import random
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.console_process import drop_postgres, fresh_postgres, running_console
+
+GPUS = 8
+
+
+def percentile(values: list[float], share: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def setup_world(agents: int) -> tuple[list[tuple[str, str]], dict[str, Any]]:
+    """Agent nodes, a quota tree, a workspace and node tokens, written through the services."""
+    import django
+
+    django.setup()
+    from quotas import services as quota_services
+    from quotas.models import Node
+    from quotas.node_agents import issue_node_token
+    from workspaces import services as workspace_services
+
+    nodes = quota_services.create_nodes(
+        actor=None,
+        nodes=[quota_services.NewNode(name=f"agent-{i:04d}", gpus=GPUS, executor="agent") for i in range(agents)],
+    )
+    total = agents * GPUS
+    root = quota_services.create_quota(actor=None, name="Quota1", gpus=total)
+    team_a = quota_services.create_quota(actor=None, name="team-a", parent=root, gpus=total // 2)
+    team_b = quota_services.create_quota(actor=None, name="team-b", parent=root, gpus=total // 2)
+    workspace = workspace_services.create_workspace(actor=None, name="bench", quotas=[root, team_a, team_b])
+    tokens = [(node.name, issue_node_token(actor=None, node=node)) for node in nodes]
+    Node.objects.filter(executor="agent").update(last_heartbeat=datetime.now(UTC))
+    return tokens, {"workspace": workspace, "team-a": team_a, "team-b": team_b}
+
+
+def submit(world: dict[str, Any], quota: str, count: int, *, priority: int, prefix: str) -> None:
+    from scheduling import services
+    from scheduling.models import JobKind
+
+    services.submit_jobs(
+        actor=None,
+        submissions=[
+            services.JobSubmission(
+                name=f"{prefix}-{i}",
+                kind=JobKind.TRAINING,
+                gpus=GPUS,
+                priority=priority,
+                preemptible=True,
+                grace_seconds=1,
+                command="sleep 3600",
+                workspace=world["workspace"],
+                quota=world[quota],
+            )
+            for i in range(count)
+        ],
+    )
+
+
+class SimulatedAgent:
+    def __init__(self, node: str, token: str, stats: Stats) -> None:
+        self.node = node
+        self.headers = {"Authorization": f"Node {token}"}
+        self.stats = stats
+        self.running: dict[int, int] = {}  # replica → job
+        self.exited: dict[int, int] = {}
+
+    def body(self) -> dict[str, Any]:
+        processes = [{"replica": r, "state": "running", "pid": 1000 + r % 30000} for r in self.running]
+        processes += [{"replica": r, "state": "exited", "exit_code": 143} for r in self.exited]
+        busy = bool(self.running)
+        samples = [
+            {"index": i, "utilization": 95.0 if busy else 0.0, "memory_used_mib": 40000 if busy else 0}
+            for i in range(GPUS)
+        ]
+        return {"node": self.node, "processes": processes, "samples": samples}
+
+    async def beat(self, client: httpx.AsyncClient) -> None:
+        reported_exits = dict(self.exited)
+        started = time.perf_counter()
+        try:
+            answer = await client.post("/api/v1/agent/heartbeat/", json=self.body(), headers=self.headers)
+        except httpx.HTTPError:
+            self.stats.errors += 1
+            return
+        except RuntimeError:
+            return  # the run is over: the client closed
+        elapsed = time.perf_counter() - started
+        self.stats.record(elapsed, answer.status_code)
+        if answer.status_code != 200:
+            return
+        for replica in reported_exits:
+            self.exited.pop(replica, None)
+        desired = answer.json()
+        now = time.time()
+        stopped = False
+        for stop in desired["stops"]:
+            if self.running.pop(stop["replica"], None) is not None:
+                self.exited[stop["replica"]] = stop["job"]
+                stopped = True
+        for start in desired["starts"]:
+            if start["replica"] not in self.running:
+                self.running[start["replica"]] = start["job"]
+                self.stats.started.setdefault(start["job"], now)
+        if stopped:
+            await self.beat(client)  # a process ended: the real agent beats at once
+
+    async def run(self, client: httpx.AsyncClient, interval: list[float], until: float) -> None:
+        register = {
+            "node": self.node,
+            "gpus": [
+                {"index": i, "uuid": f"GPU-{self.node}-{i}", "model": "", "memory_mib": 81920} for i in range(GPUS)
+            ],
+        }
+        try:
+            await client.post("/api/v1/agent/register/", json=register, headers=self.headers)
+        except httpx.HTTPError:
+            self.stats.errors += 1
+        await asyncio.sleep(random.uniform(0, interval[0]))
+        while time.time() < until:
+            next_at = time.monotonic() + interval[0]
+            await self.beat(client)
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.latencies: list[tuple[float, float]] = []  # (wall time, seconds)
+        self.statuses: dict[int, int] = defaultdict(int)
+        self.errors = 0
+        self.started: dict[int, float] = {}
+
+    def record(self, seconds: float, status: int) -> None:
+        self.latencies.append((time.time(), seconds))
+        self.statuses[status] += 1
+
+    def window(self, start: float, end: float) -> list[float]:
+        return [seconds for at, seconds in self.latencies if start <= at < end]
+
+
+def web_rss_mib(launcher_pid: int) -> float:
+    for child in psutil.Process(launcher_pid).children(recursive=True):
+        try:
+            if "uvicorn" in " ".join(child.cmdline()):
+                return child.memory_info().rss / 2**20
+        except psutil.Error:
+            continue
+    return float("nan")
+
+
+async def drive(
+    url: str, tokens: list[tuple[str, str]], args: argparse.Namespace, world: dict[str, Any], launcher_pid: int
+) -> Stats:
+    stats = Stats()
+    interval = [args.interval]
+    limits = httpx.Limits(max_connections=args.connections, max_keepalive_connections=args.connections)
+    started = time.time()
+    total = args.seconds + (20 * len(args.ramp) if args.ramp else 0)
+    until = started + total + 30  # the agents outlive the last step's window
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
+        agents = [SimulatedAgent(node, token, stats) for node, token in tokens]
+        tasks = [asyncio.create_task(agent.run(client, interval, until)) for agent in agents]
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(5)
+        await loop.run_in_executor(None, partial(submit, world, "team-b", len(tokens), priority=3, prefix="fill"))
+        minute = 0
+        reclaim = 0
+        rss: list[tuple[int, float]] = []
+        while time.time() < started + args.seconds:
+            await asyncio.sleep(30)
+            elapsed = time.time() - started
+            if elapsed > 60:
+                reclaim += 1
+                await loop.run_in_executor(
+                    None, partial(submit, world, "team-a", args.reclaim, priority=7, prefix=f"reclaim{reclaim}")
+                )
+            if int(elapsed // 60) > minute:
+                minute = int(elapsed // 60)
+                window = stats.window(time.time() - 60, time.time())
+                rss.append((minute, web_rss_mib(launcher_pid)))
+                print(
+                    f"minute {minute}: {len(window) / 60:.0f} beats/s, p50 {percentile(window, 0.5) * 1000:.1f} ms, "
+                    f"p99 {percentile(window, 0.99) * 1000:.1f} ms, max {max(window, default=0) * 1000:.0f} ms, "
+                    f"web RSS {rss[-1][1]:.0f} MiB, statuses {dict(stats.statuses)}",
+                    flush=True,
+                )
+        for step in args.ramp:
+            interval[0] = step
+            mark = time.time()
+            await asyncio.sleep(20)
+            window = stats.window(mark + 5, time.time())
+            print(
+                f"ramp interval {step:g} s: {len(window) / 15:.0f} beats/s, "
+                f"p50 {percentile(window, 0.5) * 1000:.1f} ms, p99 {percentile(window, 0.99) * 1000:.1f} ms",
+                flush=True,
+            )
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return stats
+
+
+def decision_figures(stats: Stats) -> None:
+    from scheduling.models import JobEvent, JobEventKind
+
+    admitted = {
+        job_id: at.timestamp()
+        for job_id, at in JobEvent.objects.filter(kind=JobEventKind.ADMITTED).values_list("job_id", "at")
+    }
+    to_start = [stats.started[job] - at for job, at in admitted.items() if job in stats.started]
+    print(
+        f"decision → process started ({len(to_start)} jobs): p50 {percentile(to_start, 0.5):.2f} s, "
+        f"p99 {percentile(to_start, 0.99):.2f} s"
+    )
+    evicted: dict[int, list[float]] = defaultdict(list)
+    for job_id, at in JobEvent.objects.filter(kind=JobEventKind.EVICTED).values_list("job_id", "at"):
+        evicted[job_id].append(at.timestamp())
+    freed = []
+    for job_id, at in JobEvent.objects.filter(kind=JobEventKind.REQUEUED).values_list("job_id", "at"):
+        before = [t for t in evicted.get(job_id, []) if t <= at.timestamp()]
+        if before:
+            freed.append(at.timestamp() - max(before))
+    print(
+        f"stop decision → devices freed ({len(freed)} evictions, grace 1 s): p50 {percentile(freed, 0.5):.2f} s, "
+        f"p99 {percentile(freed, 0.99):.2f} s"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--interval", type=float, default=5.0)
+    parser.add_argument("--seconds", type=int, default=600)
+    parser.add_argument("--reclaim", type=int, default=20, help="team-a jobs submitted every 30 s")
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--ramp", type=float, nargs="*", default=[], help="intervals to step through, e.g. 4 3 2 1.5 1")
+    parser.add_argument("--port", type=int, default=8471)
+    args = parser.parse_args()
+
+    server = os.environ.get("DATABASE_URL", "")
+    database_url = fresh_postgres(server, "agent_bench") if server.startswith("postgres") else ""
+    scratch = Path(tempfile.mkdtemp(prefix="agent-bench-"))
+    if not database_url:
+        database_url = f"sqlite:///{scratch / 'console.sqlite3'}"
+    os.environ.update(
+        {
+            "CONSOLE_DEMO": "0",
+            "AGENT_HEARTBEAT_SECONDS": str(args.interval),
+            "DATABASE_URL": database_url,
+            "DJANGO_SETTINGS_MODULE": "console.settings",
+        }
+    )
+    os.environ.pop("REDIS_URL", None)
+    try:
+        with running_console(port=args.port, database_url=database_url) as console:
+            import django
+            from django.conf import settings
+
+            django.setup()
+            settings.SCHEDULER_TRIGGER = "none"  # the console's beat runs the cycles
+            settings.SCHEDULER_PUBLISH_EVENTS = False  # this process has no Channels layer of its own
+            logging.getLogger("httpx").setLevel(logging.WARNING)
+            tokens, world = setup_world(args.agents)
+            print(
+                f"{args.agents} agents, a beat every {args.interval:g} s ({args.agents / args.interval:.0f}/s), "
+                f"{'PostgreSQL' if server.startswith('postgres') else 'SQLite'}",
+                flush=True,
+            )
+            stats = asyncio.run(drive(console.url, tokens, args, world, console.process.pid))
+            all_latencies = [seconds for _at, seconds in stats.latencies]
+            print(
+                f"all beats: {len(all_latencies)}, p50 {percentile(all_latencies, 0.5) * 1000:.1f} ms, "
+                f"p99 {percentile(all_latencies, 0.99) * 1000:.1f} ms, errors {stats.errors}, "
+                f"statuses {dict(stats.statuses)}"
+            )
+            decision_figures(stats)
+    finally:
+        if server.startswith("postgres"):
+            drop_postgres(database_url)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

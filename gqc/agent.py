@@ -1,0 +1,469 @@
+"""The node agent (AGENT.md): runs on each GPU host, makes the console's desired state so, reports back.
+
+A plain module on purpose: it needs no database, no Redis and no Django, only HTTP(S) to the
+console (httpx) and, on a real host, NVML (nvidia-ml-py). So it installs with the gqc client
+(`pip install .`) on a GPU host that has no checkout, and runs as `python -m gqc.agent`;
+`manage.py agent` in a checkout is the same program.
+
+What it keeps in `--state-dir` is what makes a restart safe: one JSON file per replica it
+started (pid, process start time, log offset, stop deadline), the exit codes its wrapper writes,
+and the replicas it has finished with. A restarted agent adopts the processes still alive (same
+pid and same start time, so a reused pid is never mistaken for a job), reports the others as
+exited, and never starts a replica it has a record of.
+
+Each replica runs as `sh -c COMMAND` under a small `sh` wrapper in a session of its own
+(`start_new_session`): the wrapper waits for the command even through SIGTERM (a trap with a
+command defers to the foreground job, and is reset to the default in the command itself) and
+writes its exit code to a file, so the code survives a restart of the agent. A stop is SIGTERM to
+the process group, then SIGKILL once the grace has passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+logger = logging.getLogger("gqc.agent")
+
+# What one beat ships per process, within the console's bounds (quotas.bounds AGENT_*).
+LOG_LINES_PER_BEAT = 200
+LOG_LINE_MAX_LENGTH = 2_000
+LOG_BYTES_PER_BEAT = 256 * 1024
+# Replicas finished with, remembered so that a late duplicate start is refused after a restart.
+DONE_REMEMBERED = 10_000
+# The exit code reported for a process that vanished without one (killed with its wrapper).
+EXIT_UNKNOWN = 255
+POLL_SECONDS = 0.1
+
+# The wrapper: waits for the command through SIGTERM (deferred trap), then records its exit code.
+WRAPPER = (
+    'trap ":" TERM INT HUP; sh -c "$0"; code=$?; printf "%s\\n" "$code" > "$1.tmp" && mv "$1.tmp" "$1"; exit $code'
+)
+
+
+# --- GPUs ---------------------------------------------------------------------------------------------
+
+
+class Gpus:
+    """The host's GPUs: `devices()` for registration, `samples(busy)` for each beat."""
+
+    def devices(self) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def samples(self, busy: set[int]) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+
+class FakeGpus(Gpus):
+    """N deterministic stand-ins (CI, a laptop): a device is busy while a replica holds it."""
+
+    MEMORY_MIB = 81_920
+
+    def __init__(self, count: int, node: str) -> None:
+        self.count = count
+        self.node = node
+
+    def devices(self) -> list[dict[str, Any]]:
+        return [
+            {"index": i, "uuid": f"GPU-fake-{self.node}-{i}"[:100], "model": "", "memory_mib": self.MEMORY_MIB}
+            for i in range(self.count)
+        ]
+
+    def samples(self, busy: set[int]) -> list[dict[str, Any]]:
+        return [
+            {
+                "index": i,
+                "utilization": float(90 + i % 10) if i in busy else 0.0,
+                "memory_used_mib": self.MEMORY_MIB // 2 if i in busy else 0,
+            }
+            for i in range(self.count)
+        ]
+
+
+class NvmlGpus(Gpus):
+    """The real devices, through NVML (nvidia-ml-py)."""
+
+    def __init__(self) -> None:
+        import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no types
+
+        self.nvml = pynvml
+        pynvml.nvmlInit()
+        self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+
+    @staticmethod
+    def _text(value: Any) -> str:
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    def devices(self) -> list[dict[str, Any]]:
+        found = []
+        for index, handle in enumerate(self.handles):
+            memory = self.nvml.nvmlDeviceGetMemoryInfo(handle)
+            found.append(
+                {
+                    "index": index,
+                    "uuid": self._text(self.nvml.nvmlDeviceGetUUID(handle))[:100],
+                    # The inventory names models its own way; the console compares them only when both are set.
+                    "model": self._text(self.nvml.nvmlDeviceGetName(handle))[:100],
+                    "memory_mib": int(memory.total // (1024 * 1024)),
+                }
+            )
+        return found
+
+    def memory_mib(self, index: int) -> int:
+        return int(self.nvml.nvmlDeviceGetMemoryInfo(self.handles[index]).total // (1024 * 1024))
+
+    def samples(self, busy: set[int]) -> list[dict[str, Any]]:
+        taken = []
+        for index, handle in enumerate(self.handles):
+            rates = self.nvml.nvmlDeviceGetUtilizationRates(handle)
+            memory = self.nvml.nvmlDeviceGetMemoryInfo(handle)
+            taken.append(
+                {
+                    "index": index,
+                    "utilization": float(min(100, rates.gpu)),
+                    "memory_used_mib": int(memory.used // (1024 * 1024)),
+                }
+            )
+        return taken
+
+
+# --- processes ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Replica:
+    """One process this agent started, as kept in the state directory."""
+
+    replica: int
+    job: int
+    pid: int
+    started: str  # the process's start time (/proc/PID/stat), so a reused pid is never adopted
+    gpus: list[int]
+    log_offset: int = 0
+    stop_deadline: float | None = None
+    killed: bool = False
+    exit_code: int | None = None
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else None  # field 22: starttime
+
+
+def _alive(pid: int, started: str) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        state = stat.read_text()
+    except OSError:
+        return False
+    if state[state.rindex(")") + 2 :].startswith("Z"):
+        return False  # a zombie has exited; its parent reaps it
+    return _start_time(pid) == started
+
+
+class Agent:
+    def __init__(
+        self,
+        *,
+        server: str,
+        node: str,
+        token: str,
+        gpus: Gpus,
+        state_dir: Path,
+        client: httpx.Client | None = None,
+    ) -> None:
+        self.node = node
+        self.gpus = gpus
+        self.state_dir = state_dir
+        self.replicas_dir = state_dir / "replicas"
+        self.logs_dir = state_dir / "logs"
+        for folder in (self.replicas_dir, self.logs_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.client = client or httpx.Client(
+            base_url=server.rstrip("/"), headers={"Authorization": f"Node {token}"}, timeout=10.0
+        )
+        self.heartbeat_seconds = 2.0
+        self.children: dict[int, subprocess.Popen[bytes]] = {}
+        self.held: dict[int, Replica] = {}
+        self.done: list[int] = self._load_done()
+        self.stopping = False
+        self.device_memory = {d["index"]: int(d["memory_mib"]) for d in gpus.devices()}
+        self._adopt()
+
+    # --- the state directory ---
+
+    def _path(self, replica: int) -> Path:
+        return self.replicas_dir / f"{replica}.json"
+
+    def _exit_path(self, replica: int) -> Path:
+        return self.replicas_dir / f"{replica}.exit"
+
+    def _log_path(self, replica: Replica | int, job: int | None = None) -> Path:
+        if isinstance(replica, Replica):
+            return self.logs_dir / f"{replica.job}-{replica.replica}.log"
+        return self.logs_dir / f"{job}-{replica}.log"
+
+    def _save(self, replica: Replica) -> None:
+        path = self._path(replica.replica)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(asdict(replica)))
+        os.replace(temporary, path)
+
+    def _load_done(self) -> list[int]:
+        try:
+            return [int(r) for r in json.loads((self.state_dir / "done.json").read_text())]
+        except (OSError, ValueError):
+            return []
+
+    def _forget(self, replica: Replica) -> None:
+        """The console has recorded the exit: no more reports, and never a start again."""
+        self.held.pop(replica.replica, None)
+        self.children.pop(replica.replica, None)
+        self.done = [*self.done, replica.replica][-DONE_REMEMBERED:]
+        temporary = self.state_dir / "done.tmp"
+        temporary.write_text(json.dumps(self.done))
+        os.replace(temporary, self.state_dir / "done.json")
+        for path in (self._path(replica.replica), self._exit_path(replica.replica), self._log_path(replica)):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+    def _adopt(self) -> None:
+        """After a restart: the replicas in the state directory, alive ones adopted, others exited."""
+        for path in sorted(self.replicas_dir.glob("*.json")):
+            try:
+                replica = Replica(**json.loads(path.read_text()))
+            except (OSError, ValueError, TypeError):
+                logger.warning("unreadable state file %s left alone", path)
+                continue
+            self.held[replica.replica] = replica
+            if _alive(replica.pid, replica.started):
+                logger.info("adopted replica %s of job %s (pid %s)", replica.replica, replica.job, replica.pid)
+            else:
+                self._record_exit(replica)
+
+    # --- processes ---
+
+    def _record_exit(self, replica: Replica) -> None:
+        if replica.exit_code is not None:
+            return
+        child = self.children.get(replica.replica)
+        waited = child.poll() if child is not None else None
+        code: int
+        try:
+            # The wrapper's record: sh's code, 128 + N for a command that signal N ended.
+            code = int(self._exit_path(replica.replica).read_text().strip())
+        except (OSError, ValueError):
+            # No record: the wrapper died with the group (SIGKILL), or vanished while no agent watched.
+            code = waited if waited is not None else (-signal.SIGKILL if replica.killed else EXIT_UNKNOWN)
+        replica.exit_code = code
+        self._save(replica)
+        logger.info("replica %s of job %s exited with %s", replica.replica, replica.job, code)
+
+    def _environment(self, start: dict[str, Any]) -> dict[str, str]:
+        environment = dict(os.environ)
+        environment.update({str(k): str(v) for k, v in start.get("environment", {}).items()})
+        environment["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in start["gpus"])
+        fraction = float(start.get("fraction", 1.0))
+        if fraction < 1:
+            environment["GPU_QUOTA_FRACTION"] = f"{fraction:g}"
+            device = start["gpus"][0] if start["gpus"] else 0
+            environment["GPU_QUOTA_MEMORY_MIB"] = str(int(self.device_memory.get(device, 0) * fraction))
+            if os.environ.get("CUDA_MPS_PIPE_DIRECTORY"):
+                environment["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, round(fraction * 100)))
+        return environment
+
+    def start(self, start: dict[str, Any]) -> None:
+        replica_id = int(start["replica"])
+        if replica_id in self.held or replica_id in self.done:
+            return  # the same answer twice, or a start the console sent before it saw the report
+        log = self._log_path(replica_id, int(start["job"]))
+        with open(log, "ab") as output:
+            child = subprocess.Popen(  # the console's command, with sh -c (AGENT.md)
+                ["sh", "-c", WRAPPER, str(start["command"]), str(self._exit_path(replica_id))],
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                env=self._environment(start),
+                cwd=str(self.state_dir),
+                start_new_session=True,
+            )
+        replica = Replica(
+            replica=replica_id,
+            job=int(start["job"]),
+            pid=child.pid,
+            started=_start_time(child.pid) or "",
+            gpus=[int(i) for i in start["gpus"]],
+        )
+        self.children[replica_id] = child
+        self.held[replica_id] = replica
+        self._save(replica)
+        logger.info("started replica %s of job %s (pid %s)", replica_id, replica.job, child.pid)
+
+    def stop(self, stop: dict[str, Any]) -> None:
+        replica = self.held.get(int(stop["replica"]))
+        if replica is None or replica.exit_code is not None or replica.stop_deadline is not None:
+            return  # not ours, gone already, or stopping: the first deadline stands
+        replica.stop_deadline = time.time() + float(stop.get("grace_seconds", 0))
+        self._save(replica)
+        self._signal(replica, signal.SIGTERM)
+
+    def _signal(self, replica: Replica, signum: int) -> None:
+        if not _alive(replica.pid, replica.started):
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(replica.pid, signum)  # the session leader's pid is the group's id
+
+    def watch(self) -> bool:
+        """Kill what outlived its grace, notice exits; True when a process exited (beat early)."""
+        exited = False
+        now = time.time()
+        for replica in list(self.held.values()):
+            if replica.exit_code is not None:
+                continue
+            child = self.children.get(replica.replica)
+            alive = child.poll() is None if child is not None else _alive(replica.pid, replica.started)
+            if not alive:
+                self._record_exit(replica)
+                exited = True
+            elif replica.stop_deadline is not None and now >= replica.stop_deadline and not replica.killed:
+                replica.killed = True
+                self._save(replica)
+                self._signal(replica, signal.SIGKILL)
+                logger.info("replica %s outlived its grace: SIGKILL", replica.replica)
+        return exited
+
+    # --- reports ---
+
+    def _new_log(self, replica: Replica) -> tuple[list[str], bool, int]:
+        """Lines written since the last beat (bounded), whether some were dropped, the new offset."""
+        path = self._log_path(replica)
+        try:
+            with open(path, "rb") as log:
+                log.seek(replica.log_offset)
+                chunk = log.read(LOG_BYTES_PER_BEAT)
+        except OSError:
+            return [], False, replica.log_offset
+        truncated = len(chunk) == LOG_BYTES_PER_BEAT
+        finished = replica.exit_code is not None and not truncated
+        end = len(chunk) if finished else chunk.rfind(b"\n") + 1  # a half-written line waits
+        lines = chunk[:end].decode(errors="replace").splitlines()
+        if len(lines) > LOG_LINES_PER_BEAT:
+            lines, truncated = lines[-LOG_LINES_PER_BEAT:], True
+        return [line[:LOG_LINE_MAX_LENGTH] for line in lines], truncated, replica.log_offset + end
+
+    def report(self) -> tuple[dict[str, Any], dict[int, int]]:
+        processes = []
+        offsets: dict[int, int] = {}
+        for replica in sorted(self.held.values(), key=lambda r: r.replica):
+            lines, truncated, offsets[replica.replica] = self._new_log(replica)
+            entry: dict[str, Any] = {"replica": replica.replica, "pid": replica.pid, "log": lines}
+            if truncated:
+                entry["log_truncated"] = True
+            if replica.exit_code is None:
+                entry["state"] = "running"
+            else:
+                entry.update(state="exited", exit_code=max(-255, min(255, replica.exit_code)))
+            processes.append(entry)
+        busy = {i for r in self.held.values() if r.exit_code is None for i in r.gpus}
+        body = {"node": self.node, "processes": processes, "samples": self.gpus.samples(busy)}
+        return body, offsets
+
+    def register(self) -> dict[str, Any]:
+        answer = self.client.post("/api/v1/agent/register/", json={"node": self.node, "gpus": self.gpus.devices()})
+        answer.raise_for_status()
+        registration: dict[str, Any] = answer.json()
+        self.heartbeat_seconds = float(registration.get("heartbeat_seconds", self.heartbeat_seconds))
+        if registration.get("mismatch"):
+            logger.warning("the console cordoned %s: %s", self.node, "; ".join(registration["mismatch"]))
+        return registration
+
+    def beat(self) -> dict[str, Any]:
+        body, offsets = self.report()
+        answer = self.client.post("/api/v1/agent/heartbeat/", json=body)
+        answer.raise_for_status()
+        desired: dict[str, Any] = answer.json()
+        # The console has what this beat carried: move the log offsets on, forget the exited.
+        for replica_id, offset in offsets.items():
+            replica = self.held.get(replica_id)
+            if replica is None:
+                continue
+            if replica.exit_code is not None:
+                self._forget(replica)
+            elif offset != replica.log_offset:
+                replica.log_offset = offset
+                self._save(replica)
+        self.heartbeat_seconds = float(desired.get("heartbeat_seconds", self.heartbeat_seconds))
+        for stop in desired.get("stops", []):
+            self.stop(stop)
+        for start in desired.get("starts", []):
+            self.start(start)
+        return desired
+
+    def run(self) -> None:
+        """Register (retrying while the console is away), then beat until SIGTERM or SIGINT.
+
+        Stopping the agent leaves its jobs running: a restarted agent adopts them."""
+        signal.signal(signal.SIGTERM, self._stop_running)
+        signal.signal(signal.SIGINT, self._stop_running)
+        registered = False
+        next_beat = 0.0
+        while not self.stopping:
+            early = self.watch()
+            if time.monotonic() >= next_beat or early:
+                try:
+                    if not registered:
+                        self.register()
+                        registered = True
+                    self.beat()
+                except (httpx.HTTPError, ValueError) as error:
+                    logger.warning("console unreachable or refused: %s", error)
+                next_beat = time.monotonic() + self.heartbeat_seconds
+            time.sleep(POLL_SECONDS)
+
+    def _stop_running(self, signum: int, frame: object) -> None:
+        self.stopping = True
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agent", description="The GPU Quota Console node agent (AGENT.md).")
+    parser.add_argument("--server", required=True, help="The console's URL, e.g. https://console.example.org")
+    parser.add_argument("--node", required=True, help="This host's node name in the inventory.")
+    parser.add_argument("--token-file", required=True, type=Path, help="A file holding the node token.")
+    parser.add_argument("--fake-gpus", type=int, default=None, help="N stand-in GPUs instead of NVML.")
+    parser.add_argument(
+        "--state-dir", type=Path, default=None, help="PIDs and logs (default: ~/.local/state/gqc-agent/NODE)."
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = build_parser().parse_args(argv)
+    logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"), format="%(asctime)s agent %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per beat drowns what matters
+    token = arguments.token_file.read_text().strip()
+    state_dir = arguments.state_dir or Path.home() / ".local" / "state" / "gqc-agent" / arguments.node
+    gpus: Gpus = FakeGpus(arguments.fake_gpus, arguments.node) if arguments.fake_gpus is not None else NvmlGpus()
+    Agent(server=arguments.server, node=arguments.node, token=token, gpus=gpus, state_dir=state_dir).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

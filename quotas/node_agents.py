@@ -1,0 +1,200 @@
+"""Node agents' side of the inventory (AGENT.md): node tokens, registration, cordoning on a mismatch.
+
+A node token authenticates one node's agent and nothing else. It is random, shown once, and
+stored as its SHA-256 only: a leaked database does not leak working tokens. Tokens are long random
+strings, so one fast hash is enough (no password stretching needed), and the lookup stays one
+indexed query per request, which a thousand agents beating every few seconds need.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from quotas import audit
+from quotas.models import GpuDevice, Node, NodeAgent, NodeState
+from quotas.services import Actor, _require_platform_admin
+
+# Every node token starts with this, so a node token pasted where a user token goes is recognised
+# (and refused) at a glance, in logs and by the user-token authentication.
+NODE_TOKEN_PREFIX = "gqn_"
+
+
+def hash_node_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def issue_node_token(*, actor: Actor, node: Node) -> str:
+    """A new token for the node's agent; the old one, if any, stops working in the same commit."""
+    _require_platform_admin(actor, "issue node tokens")
+    token = NODE_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    now = timezone.now()
+    with transaction.atomic():
+        locked = Node.objects.select_for_update().get(pk=node.pk)
+        existing = NodeAgent.objects.filter(node=locked).first()
+        fields = {"token_hash": hash_node_token(token), "token_prefix": token[:12], "token_issued_at": now}
+        if existing is None:
+            NodeAgent.objects.create(node=locked, **fields)
+        else:
+            NodeAgent.objects.filter(pk=existing.pk).update(**fields)
+        audit.record(
+            actor=actor,
+            action="node.token",
+            object_type="node",
+            object_id=locked.pk,
+            object_repr=locked.name,
+            before={"token": existing.token_prefix + "…"} if existing else None,
+            after={"token": token[:12] + "…"},
+        )
+    return token
+
+
+def agent_for_token(token: str) -> NodeAgent | None:
+    """The agent a node token belongs to, with its node: one indexed query."""
+    if not token.startswith(NODE_TOKEN_PREFIX):
+        return None
+    return NodeAgent.objects.select_related("node").filter(token_hash=hash_node_token(token)).first()
+
+
+@dataclass(frozen=True, slots=True)
+class ReportedDevice:
+    """One GPU as the agent's NVML (or its fake GPUs) sees it."""
+
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    node: Node
+    mismatch: list[str]
+    cordoned: bool
+
+
+def _mismatch(known: dict[int, str], reported: Sequence[ReportedDevice]) -> list[str]:
+    """What differs between the node's devices and the host's, one sentence each."""
+    seen = {device.index: device.model for device in reported}
+    problems = [
+        f"GPU {index} is in the inventory but the host does not have it" for index in sorted(set(known) - set(seen))
+    ]
+    problems += [f"GPU {index} is on the host but not in the inventory" for index in sorted(set(seen) - set(known))]
+    for index in sorted(set(known) & set(seen)):
+        if known[index] and seen[index] and known[index] != seen[index]:
+            problems.append(f"GPU {index} is a {seen[index]} on the host, a {known[index]} in the inventory")
+    return problems
+
+
+def register_agent(*, agent: NodeAgent, devices: Sequence[ReportedDevice], now: datetime | None = None) -> Registration:
+    """Reconcile the host's GPUs with the node's devices. A mismatch is audited and cordons the node:
+    the scheduler must not place on devices that are not there, and an admin decides what is right."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        node = Node.objects.select_for_update().get(pk=agent.node_id)
+        known = dict(GpuDevice.objects.filter(node=node).values_list("index", "model"))
+        problems = _mismatch(known, devices)
+        reported: list[dict[str, Any]] = [
+            {"index": d.index, "uuid": d.uuid, "model": d.model, "memory_mib": d.memory_mib} for d in devices
+        ]
+        NodeAgent.objects.filter(pk=agent.pk).update(registered_at=now, registered_devices=reported)
+        cordoned = False
+        if problems:
+            audit.record(
+                actor=None,
+                action="node.agent_mismatch",
+                object_type="node",
+                object_id=node.pk,
+                object_repr=node.name,
+                before={"devices": [{"index": i, "model": m} for i, m in sorted(known.items())]},
+                after={"devices": reported, "problems": problems},
+            )
+            cordoned = cordon_node(node=node, why="registration mismatch")
+        else:
+            mark_seen(agent=agent, node=node, now=now)
+    return Registration(node=node, mismatch=problems, cordoned=cordoned)
+
+
+def cordon_node(*, node: Node, why: str) -> bool:
+    """The node keeps its jobs and takes no new ones, through the inventory's own cordon (audited
+    as `node.cordon`; `why` is in the caller's audit record). False when it was cordoned or
+    draining already: a draining node stays draining."""
+    from quotas.services import cordon_node as cordon
+
+    if node.state in (NodeState.CORDONED, NodeState.DRAINING):
+        return False
+    cordoned = cordon(actor=None, node=node)
+    node.state = cordoned.state
+    return True
+
+
+def mark_seen(*, agent: NodeAgent, node: Node, now: datetime) -> bool:
+    """The agent is alive: record the beat; a node the lost-node check took out is ready again.
+
+    Returns True when the node came back (the caller asks for a cycle)."""
+    Node.objects.filter(pk=node.pk).update(last_heartbeat=now)
+    if agent.lost_at is None:
+        return False
+    back = Node.objects.filter(pk=node.pk, state=NodeState.NOT_READY).update(state=NodeState.READY)
+    NodeAgent.objects.filter(pk=agent.pk).update(lost_at=None)
+    agent.lost_at = None
+    if back:
+        audit.record(
+            actor=None,
+            action="node.up",
+            object_type="node",
+            object_id=node.pk,
+            object_repr=node.name,
+            before={"state": NodeState.NOT_READY},
+            after={"state": NodeState.READY, "why": "its agent beats again"},
+        )
+    return bool(back)
+
+
+def mark_lost(*, node_ids: Sequence[int], now: datetime, silent_seconds: float) -> list[Node]:
+    """Ready agent nodes silent for `silent_seconds` go not ready: no new placements on them."""
+    with transaction.atomic():
+        lost = list(Node.objects.select_for_update().filter(pk__in=list(node_ids), state=NodeState.READY))
+        if not lost:
+            return []
+        Node.objects.filter(pk__in=[n.pk for n in lost]).update(state=NodeState.NOT_READY)
+        NodeAgent.objects.filter(node_id__in=[n.pk for n in lost]).update(lost_at=now)
+        audit.record_all(
+            [
+                audit.build(
+                    actor=None,
+                    action="node.down",
+                    object_type="node",
+                    object_id=node.pk,
+                    object_repr=node.name,
+                    before={"state": NodeState.READY},
+                    after={"state": NodeState.NOT_READY, "why": f"no heartbeat for {silent_seconds:g} s"},
+                )
+                for node in lost
+            ]
+        )
+    return lost
+
+
+def prepare_local_agent(*, name: str, gpus: int) -> str:
+    """The embedded default's local agent (CONSOLE_LOCAL_AGENT): its node, an agent node with
+    `gpus` devices, created when missing (or switched to the agent executor), and a fresh token
+    for the agent the launcher starts. Returns the token; the launcher keeps it in a 0600 file."""
+    from quotas.services import create_node, update_node
+
+    with transaction.atomic():
+        node = Node.objects.filter(name=name).first()
+        if node is None:
+            created = create_node(actor=None, name=name, gpus=gpus, executor="agent", gpu_model="")
+            assert isinstance(created, Node)
+            node = created
+        elif node.executor != "agent":
+            node = update_node(actor=None, node=node, executor="agent")
+        return issue_node_token(actor=None, node=node)

@@ -1,0 +1,389 @@
+"""The console's half of the agent protocol (AGENT.md): what a beat changes, and what it answers.
+
+The database stays the truth. A heartbeat reports the processes the agent holds; the answer is
+derived from the rows after the report is applied: a replica placed on the node and never reported
+is a start, a reported process whose replica is no longer wanted there is a stop. So the same
+answer twice changes nothing: the agent starts a replica once (it keys processes by replica id),
+and a stop it is already carrying out keeps its first deadline.
+
+A beat is a constant number of queries whatever the node runs (bulk reads, bulk writes); only a
+process exit that ends a job costs that job's own few statements, as `finish_job` writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+from django.utils import timezone
+
+from quotas import bounds
+from quotas.models import Node, NodeAgent, NodeExecutor, NodeState
+from quotas.node_agents import mark_seen
+from scheduling import lifecycle, triggers
+from scheduling.models import (
+    AgentProcess,
+    AgentProcessState,
+    Job,
+    JobEvent,
+    JobEventKind,
+    JobLog,
+    JobState,
+    ReplicaPlacementRecord,
+)
+
+logger = logging.getLogger(__name__)
+
+# How many of the log's last lines go into the event of a failed job.
+FAILURE_LOG_LINES = 20
+# A job with no command on an agent node still holds its GPUs for its duration (or until ended).
+_FOREVER_SECONDS = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessReport:
+    """One process the agent holds, as its beat says: running, or exited with a code."""
+
+    replica: int
+    state: str
+    pid: int | None = None
+    exit_code: int | None = None
+    log: tuple[str, ...] = ()
+    log_truncated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredStart:
+    replica: int
+    job: int
+    rank: int
+    command: str
+    environment: dict[str, str]
+    gpus: list[int]
+    fraction: float
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredStop:
+    replica: int
+    job: int
+    grace_seconds: float
+
+
+@dataclass(slots=True)
+class Desired:
+    """The answer to a beat: the node's desired state."""
+
+    node: str
+    state: str
+    starts: list[DesiredStart] = field(default_factory=list)
+    stops: list[DesiredStop] = field(default_factory=list)
+    heartbeat_seconds: float = 2.0
+
+
+# The node's placements with what a start needs, in one statement without the ORM's compile
+# step (a beat runs it each time: compiling the joins cost as much as running them).
+_PLACEMENTS_SQL = """
+SELECT p.id, p.job_id, p.devices, p.fraction, j.state, j.revision, j.name, j.command, j.duration,
+       j.grace_seconds, j.requeue, q.name, j.running_replicas
+FROM scheduling_replicaplacementrecord p
+JOIN scheduling_job j ON j.id = p.job_id
+JOIN quotas_quota q ON q.id = j.quota_id
+WHERE p.node_id = %s
+"""
+_PLACEMENT_COLUMNS = (
+    "id", "job_id", "devices", "fraction", "state", "revision", "name", "command", "duration",
+    "grace_seconds", "requeue", "quota", "replicas",
+)  # fmt: skip
+
+
+def _placements_on(node_id: int) -> dict[int, dict[str, Any]]:
+    """Every replica placed on the node, with what its start needs; one query."""
+    with connection.cursor() as cursor:
+        cursor.execute(_PLACEMENTS_SQL, [node_id])
+        rows = [dict(zip(_PLACEMENT_COLUMNS, row, strict=True)) for row in cursor.fetchall()]
+    for row in rows:
+        if isinstance(row["devices"], str):  # SQLite hands JSON back as text
+            row["devices"] = json.loads(row["devices"])
+        row["requeue"] = bool(row["requeue"])
+    return {row["id"]: row for row in rows}
+
+
+def _add_ranks(placements: dict[int, dict[str, Any]], replicas: set[int]) -> None:
+    """The rank (position in its job, from 0) of these replicas: one query, only when some are new."""
+    if not replicas:
+        return
+    jobs = {placements[replica]["job_id"] for replica in replicas}
+    position: dict[int, int] = defaultdict(int)
+    for replica, job_id in (
+        ReplicaPlacementRecord.objects.filter(job_id__in=jobs).order_by("id").values_list("id", "job_id")
+    ):
+        if replica in placements:
+            placements[replica]["rank"] = position[job_id]
+        position[job_id] += 1
+
+
+def _start_of(row: dict[str, Any]) -> DesiredStart:
+    command = (
+        row["command"] or f"exec sleep {int(row['duration'] if row['duration'] is not None else _FOREVER_SECONDS)}"
+    )
+    return DesiredStart(
+        replica=row["id"],
+        job=row["job_id"],
+        rank=row["rank"],
+        command=command,
+        environment={
+            "GQC_JOB_ID": str(row["job_id"]),
+            "GQC_JOB_NAME": row["name"],
+            "GQC_QUOTA": row["quota"],
+            "GQC_REPLICA_RANK": str(row["rank"]),
+            "GQC_REPLICAS": str(row["replicas"]),
+        },
+        gpus=[int(device) for device in row["devices"]],
+        fraction=float(row["fraction"]),
+    )
+
+
+def _append_logs(lines_by_job: dict[int, list[str]], truncated_jobs: set[int], now: datetime) -> None:
+    """Each job's tail grows by what this beat shipped and keeps its last AGENT_LOG_LINES_KEPT lines."""
+    if not lines_by_job and not truncated_jobs:
+        return
+    job_ids = set(lines_by_job) | truncated_jobs
+    existing = {log.job_id: log for log in JobLog.objects.filter(job_id__in=job_ids)}
+    created: list[JobLog] = []
+    changed: list[JobLog] = []
+    for job_id in sorted(job_ids):
+        log = existing.get(job_id)
+        if log is None:
+            log = JobLog(job_id=job_id, lines=[], truncated=False, updated_at=now)
+            created.append(log)
+        else:
+            changed.append(log)
+        lines = [*log.lines, *lines_by_job.get(job_id, [])]
+        keep = bounds.AGENT_LOG_LINES_KEPT
+        log.truncated = log.truncated or len(lines) > keep or job_id in truncated_jobs
+        log.lines = lines[-keep:]
+        log.updated_at = now
+    JobLog.objects.bulk_create(created, ignore_conflicts=True)
+    JobLog.objects.bulk_update(changed, ["lines", "truncated", "updated_at"])
+
+
+def heartbeat(*, agent: NodeAgent, processes: Sequence[ProcessReport], now: datetime | None = None) -> Desired:
+    """Apply one beat of `agent`'s node and answer its desired state (see the module's docstring)."""
+    now = now or timezone.now()
+    node: Node = agent.node
+    outcomes: list[tuple[int, int, int]] = []  # (job id, replica, exit code) of processes that ended a replica
+    with transaction.atomic():
+        placements = _placements_on(node.pk)
+        reported = {report.replica: report for report in processes}
+        rows = {
+            row.replica: row for row in AgentProcess.objects.filter(node=node, replica__in=[*placements, *reported])
+        }
+        # Ranks only for replicas seen for the first time or about to be started.
+        _add_ranks(
+            placements,
+            {replica for replica in placements if replica not in rows},
+        )
+        new_rows: list[AgentProcess] = []
+        exited_rows: list[AgentProcess] = []
+        new_events: list[JobEvent] = []
+        lines_by_job: dict[int, list[str]] = defaultdict(list)
+        truncated_jobs: set[int] = set()
+        for replica, report in reported.items():
+            placement = placements.get(replica)
+            row = rows.get(replica)
+            if row is None and placement is None:
+                continue  # Not a replica of this node (gone, or another node's): only told to stop.
+            exited = report.state == AgentProcessState.EXITED
+            if row is None:
+                assert placement is not None
+                row = AgentProcess(
+                    node=node,
+                    replica=replica,
+                    job_id=placement["job_id"],
+                    state=report.state,
+                    pid=report.pid,
+                    exit_code=report.exit_code if exited else None,
+                    started_at=now,
+                    exited_at=now if exited else None,
+                )
+                new_rows.append(row)
+                rows[replica] = row
+                new_events.append(
+                    JobEvent(
+                        job_id=row.job_id,
+                        kind=JobEventKind.STARTED,
+                        at=now,
+                        message=f"replica {placement['rank']} started on {node.name}"
+                        + (f" (pid {report.pid})" if report.pid else ""),
+                    )
+                )
+                if exited:
+                    outcomes.append((row.job_id, replica, int(report.exit_code or 0)))
+            elif row.state == AgentProcessState.RUNNING and exited:
+                row.state = AgentProcessState.EXITED
+                row.exit_code = report.exit_code
+                row.exited_at = now
+                exited_rows.append(row)
+                if placement is not None:
+                    outcomes.append((row.job_id, replica, int(report.exit_code or 0)))
+            if report.log:
+                lines_by_job[row.job_id].extend(report.log)
+            if report.log_truncated:
+                truncated_jobs.add(row.job_id)
+        AgentProcess.objects.bulk_create(new_rows, ignore_conflicts=True)
+        AgentProcess.objects.bulk_update(exited_rows, ["state", "exit_code", "exited_at"])
+        JobEvent.objects.bulk_create(new_events)
+        _append_logs(lines_by_job, truncated_jobs, now)
+        ended = _settle_jobs(placements, rows, reported, outcomes, node=node, now=now)
+        if exited_rows or any(row.state == AgentProcessState.EXITED for row in new_rows):
+            # An exited process's row is kept while its replica is still placed here (so that it
+            # is never started again) and forgotten after: rows would only grow. A row is left
+            # behind only in a beat that records an exit, so only such a beat pays for this.
+            still_placed = [replica for replica, row in placements.items() if row["job_id"] not in ended]
+            AgentProcess.objects.filter(node=node, state=AgentProcessState.EXITED).exclude(
+                replica__in=still_placed
+            ).delete()
+        # Last, so that the node's row (which every page and cycle reads) is written for the
+        # shortest time.
+        if mark_seen(agent=agent, node=node, now=now):
+            node.state = NodeState.READY
+            triggers.request_cycle_on_commit("node-back")
+    return _answer(node, placements, rows, reported, ended)
+
+
+def _settle_jobs(
+    placements: dict[int, dict[str, Any]],
+    rows: dict[int, AgentProcess],
+    reported: dict[int, ProcessReport],
+    outcomes: Sequence[tuple[int, int, int]],
+    *,
+    node: Node,
+    now: datetime,
+) -> set[int]:
+    """Jobs whose processes say they are over: a failed exit fails the job, all replicas out with 0
+    succeed it, and an evicted job is released once none of its processes is left. Returns the ids
+    of the jobs that let go of their GPUs (their replicas here are no longer wanted)."""
+    from scheduling.services import finish_job
+
+    ended: set[int] = set()
+    releasing = {row["job_id"] for row in placements.values() if row["state"] == JobState.RELEASING}
+    touched = {job_id for job_id, _r, _c in outcomes} | releasing
+    if not touched:
+        return ended
+    # Every replica of those jobs, on every node, and what their agents reported: two queries.
+    replicas: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for replica, job_id, node_id in ReplicaPlacementRecord.objects.filter(job_id__in=touched).values_list(
+        "id", "job_id", "node_id"
+    ):
+        replicas[job_id].append((replica, node_id))
+    processes = {
+        (row.node_id, row.replica): row
+        for row in AgentProcess.objects.filter(job_id__in=touched).only("node_id", "replica", "state", "exit_code")
+    }
+    for node_id, replica in list(processes):
+        if node_id == node.pk and replica in rows:
+            processes[(node_id, replica)] = rows[replica]
+
+    def gone(replica: int, node_id: int) -> bool:
+        row = processes.get((node_id, replica))
+        if row is not None:
+            return row.state == AgentProcessState.EXITED
+        # Never reported: on this node, the agent just said it holds no such process; elsewhere
+        # it was never seen started (a start in flight is told to stop when it reports).
+        return node_id != node.pk or replica not in reported
+
+    failures = {(job_id, replica): code for job_id, replica, code in outcomes if code != 0}
+    jobs = {job.pk: job for job in Job.objects.filter(pk__in=touched)}
+    for job_id in sorted(touched):
+        job = jobs.get(job_id)
+        if job is None:
+            continue
+        all_gone = all(gone(replica, node_id) for replica, node_id in replicas[job_id])
+        if job.state == JobState.RELEASING and all_gone:
+            if lifecycle.release_job(
+                job_id=job.pk,
+                seen_state=JobState.RELEASING,
+                seen_revision=job.revision,
+                requeue=job.requeue,
+                now=now,
+                message="its processes stopped after the eviction; devices freed",
+            ):
+                ended.add(job.pk)
+                triggers.request_cycle_on_commit("released")
+            continue
+        if job.state != JobState.RUNNING:
+            continue
+        failed = next(((replica, code) for (jid, replica), code in failures.items() if jid == job_id), None)
+        # A running job succeeds only once every replica was seen exiting, on every node.
+        all_exited = all(
+            (seen := processes.get((node_id, replica))) is not None and seen.state == AgentProcessState.EXITED
+            for replica, node_id in replicas[job_id]
+        )
+        if failed is None and not all_exited:
+            continue  # Some replicas still run; the job ends with its last one.
+        tail = _log_tail(job.pk)
+        if failed is not None:
+            message = f"replica {failed[0]} exited with code {failed[1]}" + (
+                "; last lines:\n" + "\n".join(tail) if tail else ""
+            )
+        else:
+            message = "every replica exited with code 0" + ("; last lines:\n" + "\n".join(tail) if tail else "")
+        try:
+            finish_job(job=job, succeeded=failed is None, message=message)
+            ended.add(job.pk)
+        except ValidationError:  # It moved on meanwhile (cancelled): left as it is.
+            logger.info("job %s moved on before its exit was recorded", job.pk)
+    return ended
+
+
+def _log_tail(job_id: int) -> list[str]:
+    lines = JobLog.objects.filter(job_id=job_id).values_list("lines", flat=True).first() or []
+    return [str(line) for line in lines[-FAILURE_LOG_LINES:]]
+
+
+def _answer(
+    node: Node,
+    placements: dict[int, dict[str, Any]],
+    rows: dict[int, AgentProcess],
+    reported: dict[int, ProcessReport],
+    ended: set[int],
+) -> Desired:
+    wanted = {
+        replica: row
+        for replica, row in placements.items()
+        if row["state"] == JobState.RUNNING and row["job_id"] not in ended
+    }
+    desired = Desired(node=node.name, state=node.state, heartbeat_seconds=float(settings.AGENT_HEARTBEAT_SECONDS))
+    if node.executor == NodeExecutor.AGENT:
+        desired.starts = [
+            _start_of(row) for replica, row in sorted(wanted.items()) if replica not in rows and replica not in reported
+        ]
+    unwanted = sorted(
+        replica
+        for replica, report in reported.items()
+        if report.state == AgentProcessState.RUNNING and replica not in wanted
+    )
+    if unwanted:
+        job_of = {replica: row.job_id for replica, row in rows.items()}
+        job_of.update({replica: row["job_id"] for replica, row in placements.items()})
+        graces = dict(
+            Job.objects.filter(pk__in={job_of[r] for r in unwanted if r in job_of}).values_list("pk", "grace_seconds")
+        )
+        desired.stops = [
+            DesiredStop(
+                replica=replica,
+                job=job_of.get(replica, 0),
+                grace_seconds=float(graces.get(job_of.get(replica, 0), 0.0)),
+            )
+            for replica in unwanted
+        ]
+    return desired

@@ -1,0 +1,215 @@
+"""The agent endpoints (AGENT.md) under /api/v1/agent/: node tokens only, shapes only.
+
+Every list and string in a beat is bounded (quotas.bounds) and the bounds are in the schema, so
+a runaway agent is refused with a 400 naming the field, before anything is written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
+from rest_framework.views import APIView
+
+from console.json_types import JsonTypedMixin
+from quotas import bounds
+from quotas.api.node_auth import IsNodeAgent, NodeTokenAuthentication
+from quotas.api.serializers import text, within
+from quotas.models import NodeAgent
+from quotas.node_agents import ReportedDevice, register_agent
+from scheduling import agent_services
+from scheduling.models import AgentProcessState
+
+_ID_MAX = 2**63 - 1
+
+
+class AgentDeviceSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
+    index = serializers.IntegerField(**within("index", bounds.NODE_GPUS_MAX - 1))
+    uuid = serializers.CharField(allow_blank=True, **text("uuid", bounds.AGENT_DEVICE_UUID_MAX_LENGTH, blank=True))
+    model = serializers.CharField(allow_blank=True, **text("model", bounds.GPU_MODEL_MAX_LENGTH, blank=True))
+    memory_mib = serializers.IntegerField(**within("memory_mib", bounds.AGENT_DEVICE_MEMORY_MIB_MAX))
+
+
+class AgentRegisterSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
+    node = serializers.CharField(
+        help_text="The node this agent runs on; must be the node of the token.", **text("node", bounds.NAME_MAX_LENGTH)
+    )
+    gpus = serializers.ListField(
+        child=AgentDeviceSerializer(),
+        max_length=bounds.NODE_GPUS_MAX,
+        error_messages={"max_length": f"gpus has at most {bounds.NODE_GPUS_MAX} entries."},
+    )
+
+    def validate_gpus(self, gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        indices = [gpu["index"] for gpu in gpus]
+        if len(set(indices)) != len(indices):
+            raise serializers.ValidationError("each GPU index appears once.")
+        return gpus
+
+
+class AgentRegistrationSerializer(serializers.Serializer[dict[str, Any]]):
+    node = serializers.CharField()
+    state = serializers.CharField(help_text="ready, not_ready, cordoned or draining.")
+    mismatch = serializers.ListField(child=serializers.CharField(), help_text="Empty when the host matches.")
+    cordoned = serializers.BooleanField(help_text="True when this registration cordoned the node.")
+    heartbeat_seconds = serializers.FloatField()
+
+
+class AgentProcessSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
+    replica = serializers.IntegerField(
+        help_text="The `replica` of the start it was started for.", **within("replica", _ID_MAX)
+    )
+    state = serializers.ChoiceField(choices=AgentProcessState.choices)
+    pid = serializers.IntegerField(required=False, allow_null=True, **within("pid", bounds.AGENT_PID_MAX))
+    exit_code = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="When exited: the code, or minus the signal that ended it.",
+        **within("exit_code", bounds.AGENT_EXIT_CODE_MAX, least=bounds.AGENT_EXIT_CODE_MIN),
+    )
+    log = serializers.ListField(
+        child=serializers.CharField(
+            allow_blank=True, trim_whitespace=False, max_length=bounds.AGENT_LOG_LINE_MAX_LENGTH
+        ),
+        required=False,
+        max_length=bounds.AGENT_LOG_LINES_PER_BEAT,
+        help_text="New lines of the process's output since the last beat.",
+        error_messages={"max_length": f"log has at most {bounds.AGENT_LOG_LINES_PER_BEAT} lines per beat."},
+    )
+    log_truncated = serializers.BooleanField(
+        required=False, default=False, help_text="Lines were dropped before these."
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["state"] == AgentProcessState.EXITED and attrs.get("exit_code") is None:
+            raise serializers.ValidationError({"exit_code": "an exited process has an exit code."})
+        return attrs
+
+
+class AgentSampleSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
+    index = serializers.IntegerField(**within("index", bounds.NODE_GPUS_MAX - 1))
+    utilization = serializers.FloatField(help_text="Percent.", **within("utilization", 100))
+    memory_used_mib = serializers.IntegerField(**within("memory_used_mib", bounds.AGENT_DEVICE_MEMORY_MIB_MAX))
+
+
+class AgentHeartbeatSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
+    node = serializers.CharField(
+        help_text="The node this agent runs on; must be the node of the token.", **text("node", bounds.NAME_MAX_LENGTH)
+    )
+    processes = serializers.ListField(
+        child=AgentProcessSerializer(),
+        max_length=bounds.AGENT_PROCESSES_MAX,
+        help_text="Every process the agent holds (running, or exited since the last beat).",
+        error_messages={"max_length": f"processes has at most {bounds.AGENT_PROCESSES_MAX} entries."},
+    )
+    samples = serializers.ListField(
+        child=AgentSampleSerializer(),
+        required=False,
+        max_length=bounds.AGENT_SAMPLES_MAX,
+        help_text="GPU utilisation and memory since the last beat: validated, not stored yet.",
+        error_messages={"max_length": f"samples has at most {bounds.AGENT_SAMPLES_MAX} entries."},
+    )
+
+    def validate_processes(self, processes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        replicas = [process["replica"] for process in processes]
+        if len(set(replicas)) != len(replicas):
+            raise serializers.ValidationError("each replica appears once.")
+        return processes
+
+
+class DesiredStartSerializer(serializers.Serializer[Any]):
+    replica = serializers.IntegerField(help_text="The process's key: start it once, report it by this.")
+    job = serializers.IntegerField()
+    rank = serializers.IntegerField(help_text="The replica's rank in its job, from 0.")
+    command = serializers.CharField(help_text="Run with `sh -c`.")
+    environment = serializers.DictField(child=serializers.CharField())
+    gpus = serializers.ListField(child=serializers.IntegerField(), help_text="Device indices: CUDA_VISIBLE_DEVICES.")
+    fraction = serializers.FloatField(help_text="Below 1: the share of its one device (GPU_QUOTA_FRACTION).")
+
+
+class DesiredStopSerializer(serializers.Serializer[Any]):
+    replica = serializers.IntegerField()
+    job = serializers.IntegerField()
+    grace_seconds = serializers.FloatField(help_text="SIGTERM now, SIGKILL once this has passed.")
+
+
+class DesiredSerializer(serializers.Serializer[Any]):
+    node = serializers.CharField()
+    state = serializers.CharField()
+    starts = DesiredStartSerializer(many=True)
+    stops = DesiredStopSerializer(many=True)
+    heartbeat_seconds = serializers.FloatField()
+
+
+def _own_node(request: Request, named: str) -> NodeAgent:
+    agent = request.auth
+    assert isinstance(agent, NodeAgent)
+    if named != agent.node.name:
+        raise PermissionDenied(f"This token belongs to node {agent.node.name}, not {named}.")
+    return agent
+
+
+class _AgentView(APIView):
+    authentication_classes = [NodeTokenAuthentication]
+    permission_classes = [IsNodeAgent]
+    throttle_classes: list[type[BaseThrottle]] = []
+
+
+class AgentRegisterView(_AgentView):
+    """The agent starts: the host's GPUs are reconciled with the node's; a mismatch cordons it.
+
+    Node tokens only (`Authorization: Node <token>`, docs/agent.md): a user's token or session
+    is refused with a 401, and a node token naming another node with a 403."""
+
+    @extend_schema(request=AgentRegisterSerializer, responses={200: AgentRegistrationSerializer})
+    def post(self, request: Request) -> Response:
+        serializer = AgentRegisterSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        agent = _own_node(request, serializer.validated_data["node"])
+        registration = register_agent(
+            agent=agent, devices=[ReportedDevice(**gpu) for gpu in serializer.validated_data["gpus"]]
+        )
+        return Response(
+            {
+                "node": registration.node.name,
+                "state": registration.node.state,
+                "mismatch": registration.mismatch,
+                "cordoned": registration.cordoned,
+                "heartbeat_seconds": float(settings.AGENT_HEARTBEAT_SECONDS),
+            }
+        )
+
+
+class AgentHeartbeatView(_AgentView):
+    """The processes the agent holds in; the node's desired state (starts, stops) out.
+
+    Node tokens only (`Authorization: Node <token>`, docs/agent.md): a user's token or session
+    is refused with a 401, and a node token naming another node with a 403. Asking twice with
+    the same report answers the same, and changes nothing."""
+
+    @extend_schema(request=AgentHeartbeatSerializer, responses={200: DesiredSerializer})
+    def post(self, request: Request) -> Response:
+        serializer = AgentHeartbeatSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        agent = _own_node(request, serializer.validated_data["node"])
+        desired = agent_services.heartbeat(
+            agent=agent,
+            processes=[
+                agent_services.ProcessReport(
+                    replica=process["replica"],
+                    state=process["state"],
+                    pid=process.get("pid"),
+                    exit_code=process.get("exit_code"),
+                    log=tuple(process.get("log") or ()),
+                    log_truncated=bool(process.get("log_truncated")),
+                )
+                for process in serializer.validated_data["processes"]
+            ],
+        )
+        return Response(DesiredSerializer(desired).data)

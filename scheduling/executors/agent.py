@@ -1,0 +1,102 @@
+"""The `agent` executor: jobs on nodes whose `executor` is "agent" run as processes on the host.
+
+Nothing is pushed to the hosts. A committed admission is already the desired state (its
+placements); the node's agent reads it at its next beat, starts the replicas and reports them
+(`scheduling.agent_services.heartbeat`). An eviction likewise: the releasing job's replicas are
+answered as stops with the job's grace, and its devices are freed when the agent reports the
+processes gone, not when a clock says so. What is left for `tick` is the silence of lost nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.db.models.functions import Coalesce
+
+from quotas.models import Node, NodeExecutor, NodeState
+from quotas.node_agents import mark_lost
+from scheduling import lifecycle, triggers
+from scheduling.models import Job, JobState, ReplicaPlacementRecord
+
+
+class AgentExecutor:
+    name = "agent"
+
+    def on_admitted(self, job: Job) -> None:
+        self.on_admitted_many([job])
+
+    def on_admitted_many(self, jobs: Sequence[Job]) -> None:
+        # The `started` event is written when the agent reports the process, not before.
+        return None
+
+    def on_evicted(self, job: Job) -> None:
+        # The next beat of each of its nodes answers a stop (SIGTERM, SIGKILL after the grace).
+        return None
+
+    def tick(self, now: datetime) -> int:
+        return check_lost_nodes(now)
+
+
+def check_lost_nodes(now: datetime) -> int:
+    """AGENT.md's lost node: silent for NODE_LOST_SECONDS → not ready (no new placements); after
+    NODE_LOST_GRACE_SECONDS more, its jobs are requeued (or failed, when they asked not to be)
+    with an event, and their devices freed. Returns how many nodes and jobs changed."""
+    lost_after = float(settings.NODE_LOST_SECONDS)
+    grace = float(settings.NODE_LOST_GRACE_SECONDS)
+    silent = list(
+        Node.objects.filter(executor=NodeExecutor.AGENT, state=NodeState.READY)
+        .annotate(seen=Coalesce("last_heartbeat", "created_at"))
+        .filter(seen__lt=now - timedelta(seconds=lost_after))
+        .values_list("pk", flat=True)
+    )
+    changed = 0
+    if silent:
+        changed += len(mark_lost(node_ids=silent, now=now, silent_seconds=lost_after))
+        if changed:
+            triggers.request_cycle("node-lost")
+    abandoned = Q(
+        node__agent__lost_at__lt=now - timedelta(seconds=grace),
+        node__state=NodeState.NOT_READY,
+        job__state__in=(JobState.RUNNING, JobState.RELEASING),
+    )
+    holding = list(
+        ReplicaPlacementRecord.objects.filter(abandoned)
+        .values_list("job_id", "job__state", "job__revision", "job__requeue", "node__name")
+        .order_by("job_id")
+        .distinct()
+    )
+    if not holding:
+        return changed
+    with transaction.atomic():
+        released = 0
+        for job_id, state, revision, requeue, node_name in _first_per_job(holding):
+            if lifecycle.release_job(
+                job_id=job_id,
+                seen_state=state,
+                seen_revision=revision,
+                requeue=requeue,
+                now=now,
+                message=f"lost with node {node_name}: no heartbeat for {lost_after + grace:g} s",
+            ):
+                released += 1
+        if released:
+            triggers.request_cycle_on_commit("node-lost")
+    return changed + released
+
+
+def _first_per_job(rows: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    seen: set[int] = set()
+    first = []
+    for row in rows:
+        if row[0] not in seen:
+            seen.add(row[0])
+            first.append(row)
+    return first
+
+
+__all__ = ["AgentExecutor", "check_lost_nodes"]

@@ -1,0 +1,95 @@
+"""The agent process's own rules, without a console: starts are idempotent, the log tail is
+bounded, a stop keeps its first deadline, and `manage.py agent` needs no database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gqc.agent import LOG_LINES_PER_BEAT, Agent, FakeGpus
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _agent(tmp_path: Path, answers: list[dict[str, Any]] | None = None) -> tuple[Agent, list[dict[str, Any]]]:
+    sent: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        import json
+
+        sent.append(json.loads(request.content))
+        answer = (answers or [{}]).pop(0) if answers else {}
+        return httpx.Response(200, json={"starts": [], "stops": [], "heartbeat_seconds": 1, **answer})
+
+    client = httpx.Client(base_url="http://console", transport=httpx.MockTransport(handler))
+    return Agent(server="", node="n1", token="t", gpus=FakeGpus(2, "n1"), state_dir=tmp_path, client=client), sent
+
+
+def _start(replica: int, command: str) -> dict[str, Any]:
+    return {"replica": replica, "job": 7, "command": command, "environment": {}, "gpus": [1], "fraction": 0.5}
+
+
+def _wait_exit(agent: Agent, replica: int) -> int:
+    for _ in range(100):
+        agent.watch()
+        code = agent.held[replica].exit_code
+        if code is not None:
+            return code
+        time.sleep(0.05)
+    raise AssertionError("no exit")
+
+
+def test_a_start_twice_runs_once_and_the_fraction_reaches_the_environment(tmp_path: Path) -> None:
+    agent, _sent = _agent(tmp_path)
+    command = 'echo "$CUDA_VISIBLE_DEVICES $GPU_QUOTA_FRACTION $GPU_QUOTA_MEMORY_MIB" >> out; exit 3'
+    agent.start(_start(1, command))
+    agent.start(_start(1, command))
+    assert _wait_exit(agent, 1) == 3
+    assert (tmp_path / "out").read_text() == f"1 0.5 {FakeGpus.MEMORY_MIB // 2}\n"
+
+
+def test_the_log_shipped_per_beat_is_bounded(tmp_path: Path) -> None:
+    agent, sent = _agent(tmp_path)
+    agent.start(_start(2, f"seq 1 {LOG_LINES_PER_BEAT + 50}"))
+    _wait_exit(agent, 2)
+    agent.beat()
+    (process,) = sent[-1]["processes"]
+    assert process["state"] == "exited" and process["exit_code"] == 0
+    assert len(process["log"]) == LOG_LINES_PER_BEAT and process["log_truncated"] is True
+    assert process["log"][-1] == str(LOG_LINES_PER_BEAT + 50)
+    agent.beat()
+    assert sent[-1]["processes"] == []  # reported once, then forgotten, never started again
+    agent.start(_start(2, "true"))
+    assert 2 not in agent.held
+
+
+def test_a_stop_keeps_its_first_deadline_then_kills(tmp_path: Path) -> None:
+    agent, _sent = _agent(tmp_path)
+    agent.start(_start(3, 'trap "" TERM; sleep 30'))
+    time.sleep(0.2)
+    agent.stop({"replica": 3, "grace_seconds": 0.5})
+    first = agent.held[3].stop_deadline
+    agent.stop({"replica": 3, "grace_seconds": 60})
+    assert agent.held[3].stop_deadline == first
+    assert _wait_exit(agent, 3) == -signal.SIGKILL
+
+
+def test_manage_py_agent_needs_no_database(tmp_path: Path) -> None:
+    environment = {
+        **os.environ,
+        "DATABASE_URL": "postgres://nobody@127.0.0.1:1/none",
+        "REDIS_URL": "redis://127.0.0.1:1/0",
+    }
+    environment.pop("DJANGO_SETTINGS_MODULE", None)
+    shown = subprocess.run(
+        [sys.executable, "manage.py", "agent", "--help"], cwd=ROOT, env=environment, capture_output=True, text=True
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "--fake-gpus" in shown.stdout and "--token-file" in shown.stdout
