@@ -10,8 +10,10 @@ Kueue's names, with `gqc_` for `kueue_` and `cluster_queue` naming the quota:
 - `gqc_preempted_workloads_total{cluster_queue, reason}` (reason: the engine's rule);
 - `gqc_cycle_duration_seconds` and `gqc_admission_wait_time_seconds`, histograms.
 
-DCGM's per-GPU metrics (DCGM_FI_DEV_GPU_UTIL, …_FB_USED) need per-GPU telemetry, which the
-console does not record yet; they are left out.
+DCGM-shaped per-GPU gauges from each GPU's latest telemetry sample (telemetry.selectors, one
+query): `DCGM_FI_DEV_GPU_UTIL` (%) and `DCGM_FI_DEV_FB_USED` (MiB), labelled `node`, `gpu`,
+`job_id` and `job_name` (empty when idle). Not `job`: Prometheus gives every series its scrape
+target's `job` label, and a metric's own would be renamed `exported_job`.
 
 Access: with METRICS_TOKEN set, `Authorization: Bearer <token>`; unset, loopback clients only.
 """
@@ -32,6 +34,7 @@ from prometheus_client.registry import Collector
 from scheduling import selectors
 from scheduling.clock import get_clock
 from scheduling.models import JobState
+from telemetry import selectors as telemetry_selectors
 
 GPU = "nvidia.com/gpu"
 
@@ -92,6 +95,22 @@ class SchedulerCollector(Collector):
             yield HistogramMetricFamily(name, documentation, buckets=buckets, sum_value=histogram["sum"])
 
 
+class GpuCollector(Collector):
+    """DCGM exporter's names for what the console samples per GPU (docs/telemetry.md)."""
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["node", "gpu", "job_id", "job_name"]
+        util = GaugeMetricFamily("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", labels=labels)
+        used = GaugeMetricFamily("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", labels=labels)
+        for reading in telemetry_selectors.latest_gpu_readings(now=get_clock().now()):
+            job_id = "" if reading.job_id is None else str(reading.job_id)
+            values = [reading.node, str(reading.gpu), job_id, reading.job]
+            util.add_metric(values, reading.utilisation)
+            used.add_metric(values, reading.memory_used_mib)
+        yield util
+        yield used
+
+
 def _bound(seconds: float) -> str:
     return f"{seconds:g}"
 
@@ -120,4 +139,5 @@ def metrics(request: HttpRequest) -> HttpResponse:
         return HttpResponse(f"/metrics refused: {why}.\n", status=403, content_type="text/plain; charset=utf-8")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SchedulerCollector())
+    registry.register(GpuCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

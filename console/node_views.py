@@ -25,8 +25,11 @@ from quotas import bounds, selectors, services
 from quotas.models import Node, NodeState, Quota
 from quotas.services import DryRunResult
 from scheduling import selectors as scheduling_selectors
+from scheduling.clock import get_clock
 from scheduling.models import HOLDING_STATES, Job
 from scheduling.selectors import GpuHolder
+from telemetry import selectors as telemetry_selectors
+from telemetry.selectors import GpuLatest
 from workspaces.permissions import restrict
 
 _TOLERANCE = 1e-9
@@ -74,6 +77,12 @@ def _shown(holder: GpuHolder) -> dict[str, Any]:
 class GpuCell:
     index: int
     holders: list[GpuHolder] = field(default_factory=list)
+    # The GPU's latest telemetry sample; none when its node has not reported lately.
+    reading: GpuLatest | None = None
+
+    @property
+    def util_text(self) -> str:
+        return f"{self.reading.utilisation:.0f} %" if self.reading else "—"
 
     @property
     def used(self) -> float:
@@ -108,22 +117,31 @@ class NodeRow:
         return sum(cell.used for cell in self.cells)
 
 
-def node_rows(nodes: list[Node], holders: list[GpuHolder]) -> list[NodeRow]:
-    """Each node with one cell per GPU, naming who holds it; nothing here queries."""
+def node_rows(nodes: list[Node], holders: list[GpuHolder], readings: list[GpuLatest] | None = None) -> list[NodeRow]:
+    """Each node with one cell per GPU, naming who holds it and how busy it is; nothing here queries."""
     by_device: dict[tuple[int, int], list[GpuHolder]] = defaultdict(list)
     for holder in holders:
         by_device[(holder["node_id"], holder["device"])].append(holder)
+    latest = {(reading.node_id, reading.gpu): reading for reading in readings or []}
     return [
-        NodeRow(node=node, cells=[GpuCell(index, by_device.get((node.pk, index), [])) for index in range(node.gpus)])
+        NodeRow(
+            node=node,
+            cells=[
+                GpuCell(index, by_device.get((node.pk, index), []), latest.get((node.pk, index)))
+                for index in range(node.gpus)
+            ],
+        )
         for node in nodes
     ]
 
 
 @_admins_only
 def nodes_page(request: HttpRequest) -> HttpResponse:
-    """Two queries whatever the number of nodes: the inventory, and who holds which GPU."""
+    """Three queries whatever the number of nodes: the inventory, who holds which GPU, and each
+    GPU's latest utilisation."""
     nodes = list(selectors.node_list(user=request.user))
-    rows = node_rows(nodes, scheduling_selectors.gpu_holders())
+    readings = telemetry_selectors.latest_gpu_readings(now=get_clock().now(), node_ids=[node.pk for node in nodes])
+    rows = node_rows(nodes, scheduling_selectors.gpu_holders(), readings)
     states = {state: sum(1 for node in nodes if node.state == state) for state in NodeState.values}
     return render(
         request,

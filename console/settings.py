@@ -14,6 +14,7 @@ from csp.constants import NONE, SELF
 
 from console.config import ConfigError, database_config, redis_url
 from scheduling.beat import schedule as beat_schedule
+from telemetry.beat import schedule as telemetry_beat_schedule
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -52,6 +53,7 @@ INSTALLED_APPS = [
     "quotas",
     "workspaces",
     "scheduling",
+    "telemetry",
     "live",
     "console",
 ]
@@ -266,6 +268,17 @@ NODE_LOST_GRACE_SECONDS: float = env.float("NODE_LOST_GRACE_SECONDS", default=30
 # agent node of its own, so that a newcomer sees real processes run (docs/agent.md).
 CONSOLE_LOCAL_AGENT: bool = env.bool("CONSOLE_LOCAL_AGENT", default=False)
 CONSOLE_LOCAL_AGENT_GPUS: int = env.int("CONSOLE_LOCAL_AGENT_GPUS", default=2)
+# Per-GPU telemetry (docs/telemetry.md): the simulated nodes' sampling interval, and how long
+# each level is kept (samples, then 1-minute averages, then 1-hour averages).
+TELEMETRY_SAMPLE_SECONDS: float = env.float("TELEMETRY_SAMPLE_SECONDS", default=5.0)
+TELEMETRY_RAW_RETENTION_HOURS: float = env.float("TELEMETRY_RAW_RETENTION_HOURS", default=1.0)
+TELEMETRY_MINUTE_RETENTION_DAYS: float = env.float("TELEMETRY_MINUTE_RETENTION_DAYS", default=7.0)
+TELEMETRY_HOUR_RETENTION_DAYS: float = env.float("TELEMETRY_HOUR_RETENTION_DAYS", default=90.0)
+TELEMETRY_DOWNSAMPLE_SECONDS: float = 60.0
+# A GPU with no sample this recent shows no reading (its node stopped reporting).
+TELEMETRY_STALE_SECONDS: float = env.float("TELEMETRY_STALE_SECONDS", default=60.0)
+TELEMETRY_SIMULATED_GPU_MEMORY_MIB: int = env.int("TELEMETRY_SIMULATED_GPU_MEMORY_MIB", default=81_920)
+TELEMETRY_MAX_SAMPLES_PER_CALL: int = 1_024
 HEARTBEAT_MAX_AGE_SECONDS: float = 60.0
 
 # Production hardening: only when DEBUG is off, so `check --deploy` is clean there.
@@ -309,4 +322,4 @@ LOGGING = {
 CELERY_BEAT_SCHEDULER = "celery.beat:Scheduler"
 CELERY_BEAT_SCHEDULE = beat_schedule(
     cycle_seconds=SCHEDULER_BEAT_SECONDS, tick_seconds=env.float("EXECUTOR_TICK_SECONDS", default=1.0)
-)
+) | telemetry_beat_schedule(sample_seconds=TELEMETRY_SAMPLE_SECONDS, downsample_seconds=TELEMETRY_DOWNSAMPLE_SECONDS)

@@ -764,6 +764,31 @@ def gpu_holders(*, quota_ids: Iterable[int] | None = None, node_ids: Iterable[in
     return holders
 
 
+class HeldDevice(NamedTuple):
+    """One running (or releasing) replica's devices on a node, with the job's kind (telemetry's
+    synthetic curves follow the kind)."""
+
+    job_id: int
+    kind: str
+    node_id: int
+    devices: tuple[int, ...]
+    fraction: float
+
+
+def held_devices_with_kind(*, node_ids: Iterable[int]) -> list[HeldDevice]:
+    """Every replica holding GPUs on these nodes, in one query."""
+    wanted = list(node_ids)
+    if not wanted:
+        return []
+    rows = ReplicaPlacementRecord.objects.filter(job__state__in=HOLDING_STATES, node_id__in=wanted)
+    return [
+        HeldDevice(job_id, kind, node_id, _devices(devices), fraction)
+        for job_id, kind, node_id, devices, fraction in _raw_rows(
+            rows.values_list("job_id", "job__kind", "node_id", "devices", "fraction")
+        )
+    ]
+
+
 def invariant_violations() -> list[str]:
     """What must hold after any load or fault, as sentences (empty when all hold).
 

@@ -58,6 +58,7 @@
   }
 
   function apply(topic, change) {
+    document.dispatchEvent(new CustomEvent("live:change", { detail: { topic: topic, change: change } })); // for charts (docs/live.md)
     cells().forEach(function (cell) {
       var key = cell.dataset.live;
       if (key.lastIndexOf(topic + ":", 0) !== 0) { return; }
@@ -109,7 +110,8 @@
         badge("live", "Live");
       } else if (message.type === "change") {
         if (syncing) { queued.push(message); } else { apply(message.topic, message.change); }
-        refreshPolled();
+        // GPU samples (every 5 s, docs/telemetry.md) change no polled region: charts take them.
+        if (!(message.topic.lastIndexOf("node:", 0) === 0 || Object.keys(message.change).join() === "telemetry")) { refreshPolled(); }
       } else if (message.type === "signed_out") {
         stopped = true;
       }

@@ -97,3 +97,33 @@ def test_access_by_token_or_loopback(pai_world: dict[str, AbstractUser], setting
     assert refused.status_code == 403 and b"Bearer" in refused.content
     assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 403
     scrape(Client(REMOTE_ADDR="10.1.2.3"), HTTP_AUTHORIZATION="Bearer s3cret-scrape")
+
+
+def test_dcgm_shaped_gpu_metrics_from_the_latest_sample(pai_world: dict[str, AbstractUser]) -> None:
+    """Each GPU's latest sample, labelled by node, GPU and the job holding it; the same number of
+    queries with one sample per GPU or many."""
+    from scheduling.models import Job
+    from telemetry import services as telemetry_services
+
+    train_b = Job.objects.get(name="train-b")
+    telemetry_services.record_simulated_samples()
+    with CaptureQueriesContext(connection) as once:
+        families = scrape()
+    for _ in range(3):
+        telemetry_services.record_simulated_samples()
+    with CaptureQueriesContext(connection) as more:
+        families = scrape()
+    assert len(more.captured_queries) == len(once.captured_queries)
+
+    util, used = families["DCGM_FI_DEV_GPU_UTIL"], families["DCGM_FI_DEV_FB_USED"]
+    assert util.type == used.type == "gauge"
+    assert len(util.samples) == len(used.samples) == 32  # 4 nodes × 8 GPUs, one series each
+    held = [s for s in util.samples if s.labels["job_id"] == str(train_b.pk)]
+    assert len(held) == 24 and all(s.labels["job_name"] == "train-b" for s in held)
+    assert all(85 <= s.value <= 95 for s in held)  # training's curve
+    idle = [s for s in util.samples if s.labels["job_id"] == ""]
+    assert len(idle) == 8 and all(s.value == 0 for s in idle)
+    assert {s.labels["node"] for s in util.samples} == {"gpu-1", "gpu-2", "gpu-3", "gpu-4"}
+    assert {s.labels["gpu"] for s in util.samples} == {str(index) for index in range(8)}
+    memory = {(s.labels["node"], s.labels["gpu"]): s.value for s in used.samples}
+    assert all(memory[(s.labels["node"], s.labels["gpu"])] >= 0.8 * 81920 for s in held)

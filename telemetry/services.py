@@ -1,0 +1,262 @@
+"""Writes of per-GPU telemetry: record samples (the node agent and the simulated sampler),
+downsample them and prune them.
+
+Samples are measurements, not anyone's decision: they carry no audit record (as the cycle's
+AllocationSample does not). Every write is a bulk insert or a ranged delete.
+
+The node agent calls `record_gpu_samples(node, samples)` from its heartbeat (docs/telemetry.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Avg, Max
+from django.db.models.functions import TruncHour, TruncMinute
+
+from quotas.models import Node
+from scheduling import bulk
+from scheduling import selectors as scheduling_selectors
+from scheduling.clock import get_clock
+from telemetry import live, selectors, synthetic
+from telemetry.models import GpuSample, Resolution
+
+# A GPU with more memory than this is a mistake in the report (the largest today hold 192 GB).
+MAX_MEMORY_MIB: Final = 1_048_576
+# A report stamped this far ahead of the server's clock is refused (clocks drift a little).
+MAX_CLOCK_AHEAD: Final = timedelta(seconds=60)
+# The downsampling leaves a bucket alone until this long after it ends: a heartbeat a few
+# seconds late still lands in the average.
+SETTLE: Final = timedelta(seconds=15)
+
+_COLUMNS: Final = (
+    "node_id", "gpu", "job_id", "resolution", "at", "utilisation", "memory_used_mib", "memory_total_mib",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """One GPU's reading, as the node agent (NVML) or the simulated executor reports it.
+
+    gpu: the device index on the node (0 to the node's GPUs - 1); utilisation: percent busy,
+    0 to 100; memory used and total in MiB (used <= total, total 1 to 1 TiB); job_id: the job the
+    agent ran on that GPU, or None when idle.
+    """
+
+    gpu: int
+    utilisation: float
+    memory_used_mib: int
+    memory_total_mib: int
+    job_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    id: int
+    name: str
+    gpus: int
+
+
+def parse_gpu_readings(items: Sequence[Mapping[str, Any]]) -> list[GpuReading]:
+    """Readings from JSON objects ({"gpu", "utilisation", "memory_used_mib", "memory_total_mib",
+    "job_id"?}), for a heartbeat's body; a missing or non-numeric field is refused by name."""
+    readings = []
+    for position, item in enumerate(items):
+        try:
+            job = item.get("job_id")
+            readings.append(
+                GpuReading(
+                    gpu=int(item["gpu"]),
+                    utilisation=float(item["utilisation"]),
+                    memory_used_mib=int(item["memory_used_mib"]),
+                    memory_total_mib=int(item["memory_total_mib"]),
+                    job_id=None if job is None else int(job),
+                )
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValidationError({"samples": f"sample {position}: {type(error).__name__} {error}"}) from error
+    return readings
+
+
+def _check(target: _Target, readings: Sequence[GpuReading], *, at: datetime, now: datetime) -> None:
+    """Refuse the whole report on the first reading out of bounds, naming it and its numbers."""
+    limit = int(selectors.setting("TELEMETRY_MAX_SAMPLES_PER_CALL"))
+    if len(readings) > limit:
+        raise ValidationError({"samples": f"{len(readings)} samples in one report; at most {limit}"})
+    if at > now + MAX_CLOCK_AHEAD:
+        raise ValidationError({"at": f"{at.isoformat()} is {(at - now).total_seconds():.0f} s ahead of the server"})
+    oldest = now - selectors.retention()[Resolution.RAW]
+    if at < oldest:
+        raise ValidationError({"at": f"{at.isoformat()} is older than the raw retention ({oldest.isoformat()})"})
+    seen: set[int] = set()
+    for position, reading in enumerate(readings):
+        where = f"sample {position} (GPU {reading.gpu} of {target.name})"
+        if not 0 <= reading.gpu < target.gpus:
+            raise ValidationError({"gpu": f"{where}: {target.name} has GPUs 0 to {target.gpus - 1}"})
+        if reading.gpu in seen:
+            raise ValidationError({"gpu": f"{where}: GPU {reading.gpu} twice in one report"})
+        seen.add(reading.gpu)
+        if not (math.isfinite(reading.utilisation) and 0 <= reading.utilisation <= 100):
+            raise ValidationError({"utilisation": f"{where}: {reading.utilisation} is not between 0 and 100 %"})
+        if not 1 <= reading.memory_total_mib <= MAX_MEMORY_MIB:
+            raise ValidationError(
+                {"memory_total_mib": f"{where}: {reading.memory_total_mib} MiB is not between 1 and {MAX_MEMORY_MIB}"}
+            )
+        if not 0 <= reading.memory_used_mib <= reading.memory_total_mib:
+            raise ValidationError(
+                {
+                    "memory_used_mib": f"{where}: {reading.memory_used_mib} MiB used of "
+                    f"{reading.memory_total_mib} MiB total"
+                }
+            )
+        if reading.job_id is not None and reading.job_id <= 0:
+            raise ValidationError({"job_id": f"{where}: {reading.job_id} is not a job id"})
+
+
+def _record(batch: Sequence[tuple[_Target, Sequence[GpuReading]]], *, at: datetime) -> int:
+    """Check, then write every reading of the batch in one statement; live changes go out after
+    commit. A job id the console does not know (a job deleted meanwhile) is kept as no job: the
+    GPU's reading still counts."""
+    now = get_clock().now()
+    for target, readings in batch:
+        _check(target, readings, at=at, now=now)
+    known = selectors.existing_job_ids(
+        {reading.job_id for _target, readings in batch for reading in readings if reading.job_id is not None}
+    )
+    rows = []
+    recorded: list[live.Recorded] = []
+    for target, readings in batch:
+        for reading in readings:
+            job_id = reading.job_id if reading.job_id in known else None
+            busy = round(float(reading.utilisation), 1)
+            rows.append(
+                (target.id, reading.gpu, job_id, Resolution.RAW, at, busy, reading.memory_used_mib,
+                 reading.memory_total_mib)
+            )  # fmt: skip
+            recorded.append(
+                live.Recorded(target.id, target.name, reading.gpu, job_id, busy, reading.memory_used_mib,
+                              reading.memory_total_mib)
+            )  # fmt: skip
+    with transaction.atomic():
+        bulk.insert(GpuSample, _COLUMNS, rows)
+        transaction.on_commit(lambda: live.publish(live.topic_changes(recorded, at=at)))
+    return len(rows)
+
+
+def record_gpu_samples(node: Node, samples: Sequence[GpuReading], *, at: datetime | None = None) -> int:
+    """The node agent's entry point: one report of the node's GPUs, taken at `at` (now when not
+    given). Refused whole (ValidationError naming the field and the numbers) when a reading is out
+    of bounds. Returns how many samples were written."""
+    return _record([(_Target(node.pk, node.name, node.gpus), samples)], at=at or get_clock().now())
+
+
+def simulated_readings(*, at: datetime) -> list[tuple[_Target, list[GpuReading]]]:
+    """What every simulated node's GPUs read at `at`, from the synthetic curves of the jobs
+    placed on them (telemetry.synthetic): two queries whatever the size of the cluster."""
+    nodes = selectors.simulated_nodes()
+    holders: dict[tuple[int, int], list[tuple[int, str, float]]] = defaultdict(list)
+    for held in scheduling_selectors.held_devices_with_kind(node_ids=[node.id for node in nodes]):
+        fraction = held.fraction if held.fraction < 1 else 1.0
+        for device in held.devices:
+            holders[(held.node_id, device)].append((held.job_id, held.kind, fraction))
+    total = int(selectors.setting("TELEMETRY_SIMULATED_GPU_MEMORY_MIB"))
+    moment = at.timestamp()
+    batch = []
+    for node in nodes:
+        readings = []
+        for gpu in range(node.gpus):
+            on_gpu = holders.get((node.id, gpu), [])
+            busy, used = synthetic.gpu_reading(on_gpu, gpu=gpu, at=moment, memory_total_mib=total)
+            # The largest share names the GPU's job; ties go to the lowest id (the earlier job).
+            job_id = min(on_gpu, key=lambda holder: (-holder[2], holder[0]))[0] if on_gpu else None
+            readings.append(GpuReading(gpu, busy, used, total, job_id))
+        batch.append((_Target(node.id, node.name, node.gpus), readings))
+    return batch
+
+
+def record_simulated_samples(*, at: datetime | None = None) -> int:
+    """One sample of every simulated node's GPUs (the beat task, every TELEMETRY_SAMPLE_SECONDS)."""
+    moment = at or get_clock().now()
+    return _record(simulated_readings(at=moment), at=moment)
+
+
+# ---------------------------------------------------------------------------------------------
+# Retention: raw -> 1-minute -> 1-hour averages, then pruning (docs/telemetry.md)
+# ---------------------------------------------------------------------------------------------
+
+_TRUNCATE = {Resolution.MINUTE: TruncMinute, Resolution.HOUR: TruncHour}
+# Each statement averages at most this many buckets, so a backlog (beat stopped for a day) is
+# caught up in bounded pieces rather than in one read of millions of rows.
+_BUCKETS_PER_STATEMENT: Final = 60
+
+
+def _floor(moment: datetime, seconds: int) -> datetime:
+    epoch = moment.timestamp()
+    return datetime.fromtimestamp(epoch - epoch % seconds, tz=UTC)
+
+
+def _downsample_level(source: int, target: int, *, now: datetime) -> int:
+    """Average the `source` rows of every whole `target` bucket not averaged yet, per node, GPU
+    and job (a GPU that changed hands within a minute gives each job its own average)."""
+    width = timedelta(seconds=target)
+    end = _floor(now - SETTLE, target)
+    last = selectors.level_edge(target, newest=True)
+    if last is not None:
+        start = last + width
+    else:
+        first = selectors.level_edge(source, newest=False)
+        if first is None:
+            return 0
+        start = _floor(first, target)
+    written = 0
+    truncate = _TRUNCATE[Resolution(target)]
+    while start < end:
+        stop = min(end, start + width * _BUCKETS_PER_STATEMENT)
+        averaged = (
+            GpuSample.objects.filter(resolution=source, at__gte=start, at__lt=stop)
+            .annotate(bucket=truncate("at", tzinfo=UTC))
+            .values("bucket", "node_id", "gpu", "job_id")
+            .annotate(busy=Avg("utilisation"), used=Avg("memory_used_mib"), total=Max("memory_total_mib"))
+            .order_by("bucket", "node_id", "gpu", "job_id")
+            .values_list("node_id", "gpu", "job_id", "bucket", "busy", "used", "total")
+        )
+        rows = [
+            (node_id, gpu, job_id, target, bucket, round(busy, 1), round(used), total)
+            for node_id, gpu, job_id, bucket, busy, used, total in averaged
+        ]
+        bulk.insert(GpuSample, _COLUMNS, rows)
+        written += len(rows)
+        start = stop
+    return written
+
+
+def downsample(*, now: datetime) -> dict[int, int]:
+    """Raw samples into 1-minute averages, those into 1-hour ones; rows written per level."""
+    with transaction.atomic():
+        minutes = _downsample_level(Resolution.RAW, Resolution.MINUTE, now=now)
+    with transaction.atomic():
+        hours = _downsample_level(Resolution.MINUTE, Resolution.HOUR, now=now)
+    return {Resolution.MINUTE: minutes, Resolution.HOUR: hours}
+
+
+def prune(*, now: datetime) -> dict[int, int]:
+    """Drop each level's rows older than its retention; rows deleted per level. One ranged DELETE
+    per level (GpuSample has no signals or dependants, so Django deletes without fetching)."""
+    deleted = {}
+    for level, kept in selectors.retention().items():
+        count, _ = GpuSample.objects.filter(resolution=level, at__lt=now - kept).delete()
+        deleted[int(level)] = count
+    return deleted
+
+
+def downsample_and_prune(*, now: datetime | None = None) -> dict[str, dict[int, int]]:
+    """The beat task's work: average first, so that nothing is pruned before it is averaged."""
+    moment = now or get_clock().now()
+    return {"downsampled": downsample(now=moment), "pruned": prune(now=moment)}
