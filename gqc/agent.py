@@ -88,6 +88,7 @@ class FakeGpus(Gpus):
                 "index": i,
                 "utilization": float(90 + i % 10) if i in busy else 0.0,
                 "memory_used_mib": self.MEMORY_MIB // 2 if i in busy else 0,
+                "memory_total_mib": self.MEMORY_MIB,
             }
             for i in range(self.count)
         ]
@@ -135,6 +136,7 @@ class NvmlGpus(Gpus):
                     "index": index,
                     "utilization": float(min(100, rates.gpu)),
                     "memory_used_mib": int(memory.used // (1024 * 1024)),
+                    "memory_total_mib": int(memory.total // (1024 * 1024)),
                 }
             )
         return taken

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -23,6 +23,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
+from django.dispatch import Signal
 from django.utils import timezone
 
 from quotas import bounds
@@ -174,6 +175,21 @@ def _append_logs(lines_by_job: dict[int, list[str]], truncated_jobs: set[int], n
         log.updated_at = now
     JobLog.objects.bulk_create(created, ignore_conflicts=True)
     JobLog.objects.bulk_update(changed, ["lines", "truncated", "updated_at"])
+
+
+# Sent after a beat's commit with `node` and `samples` (the beat's GPU readings, as validated by
+# the API: index, utilization, memory_used_mib, memory_total_mib?). Telemetry stores them
+# (telemetry.apps connects the receiver): scheduling sits below telemetry and cannot call it.
+gpu_samples_reported = Signal()
+
+
+def report_gpu_samples(*, agent: NodeAgent, samples: Sequence[Mapping[str, Any]]) -> None:
+    """Hand a beat's GPU readings to whoever records them, once the beat has committed."""
+    if not samples:
+        return
+    node = agent.node
+    readings = [dict(sample) for sample in samples]
+    transaction.on_commit(lambda: gpu_samples_reported.send(sender=NodeAgent, node=node, samples=readings))
 
 
 def heartbeat(*, agent: NodeAgent, processes: Sequence[ProcessReport], now: datetime | None = None) -> Desired:

@@ -9,6 +9,7 @@ The node agent calls `record_gpu_samples(node, samples)` from its heartbeat (doc
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -27,6 +28,8 @@ from scheduling import selectors as scheduling_selectors
 from scheduling.clock import get_clock
 from telemetry import live, selectors, synthetic
 from telemetry.models import GpuSample, Resolution
+
+logger = logging.getLogger(__name__)
 
 # A GPU with more memory than this is a mistake in the report (the largest today hold 192 GB).
 MAX_MEMORY_MIB: Final = 1_048_576
@@ -155,6 +158,44 @@ def record_gpu_samples(node: Node, samples: Sequence[GpuReading], *, at: datetim
     given). Refused whole (ValidationError naming the field and the numbers) when a reading is out
     of bounds. Returns how many samples were written."""
     return _record([(_Target(node.pk, node.name, node.gpus), samples)], at=at or get_clock().now())
+
+
+def record_agent_samples(*, node: Node, samples: Sequence[Mapping[str, Any]]) -> int:
+    """A node agent's beat (scheduling.agent_services.gpu_samples_reported, after its commit): the
+    API validated each reading's bounds; the job on a GPU is read from the node's placements, and
+    a reading without its memory total takes the size the agent registered for that GPU."""
+    registered = {
+        int(device["index"]): int(device.get("memory_mib") or 0)
+        for device in (getattr(getattr(node, "agent", None), "registered_devices", None) or [])
+        if isinstance(device, Mapping) and "index" in device
+    }
+    holders: dict[int, tuple[float, int]] = {}
+    for held in scheduling_selectors.held_devices_with_kind(node_ids=[node.pk]):
+        for device in held.devices:
+            # The largest share names the GPU's job; ties go to the lowest id, as for simulated nodes.
+            if device not in holders or (-held.fraction, held.job_id) < (-holders[device][0], holders[device][1]):
+                holders[device] = (held.fraction, held.job_id)
+    readings = []
+    for sample in samples:
+        gpu = int(sample["index"])
+        used = int(sample["memory_used_mib"])
+        total = int(sample.get("memory_total_mib") or registered.get(gpu) or max(used, 1))
+        readings.append(
+            GpuReading(
+                gpu=gpu,
+                utilisation=float(sample["utilization"]),
+                memory_used_mib=used,
+                memory_total_mib=max(total, used, 1),
+                job_id=holders[gpu][1] if gpu in holders else None,
+            )
+        )
+    try:
+        return record_gpu_samples(node, readings)
+    except ValidationError as refusal:
+        # The beat has committed and its answer is on its way: a reading telemetry refuses (a GPU
+        # index past the node's size) is dropped with one line, never a failed beat.
+        logger.warning("GPU samples of node %s not stored: %s", node.name, refusal)
+        return 0
 
 
 def simulated_readings(*, at: datetime) -> list[tuple[_Target, list[GpuReading]]]:

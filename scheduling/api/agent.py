@@ -96,6 +96,11 @@ class AgentSampleSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any
     index = serializers.IntegerField(**within("index", bounds.NODE_GPUS_MAX - 1))
     utilization = serializers.FloatField(help_text="Percent.", **within("utilization", 100))
     memory_used_mib = serializers.IntegerField(**within("memory_used_mib", bounds.AGENT_DEVICE_MEMORY_MIB_MAX))
+    memory_total_mib = serializers.IntegerField(
+        required=False,
+        help_text="The device's memory; the registered size when left out.",
+        **within("memory_total_mib", bounds.AGENT_DEVICE_MEMORY_MIB_MAX, least=1),
+    )
 
 
 class AgentHeartbeatSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
@@ -112,7 +117,7 @@ class AgentHeartbeatSerializer(JsonTypedMixin, serializers.Serializer[dict[str, 
         child=AgentSampleSerializer(),
         required=False,
         max_length=bounds.AGENT_SAMPLES_MAX,
-        help_text="GPU utilisation and memory since the last beat: validated, not stored yet.",
+        help_text="Each GPU's utilisation and memory now: stored by telemetry after the beat commits.",
         error_messages={"max_length": f"samples has at most {bounds.AGENT_SAMPLES_MAX} entries."},
     )
 
@@ -212,4 +217,5 @@ class AgentHeartbeatView(_AgentView):
                 for process in serializer.validated_data["processes"]
             ],
         )
+        agent_services.report_gpu_samples(agent=agent, samples=serializer.validated_data.get("samples") or [])
         return Response(DesiredSerializer(desired).data)

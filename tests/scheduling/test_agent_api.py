@@ -375,3 +375,38 @@ def test_the_embedded_defaults_local_agent_gets_an_agent_node_and_a_fresh_token(
     assert _node_client(second).post(HEARTBEAT, {"node": "local", "processes": []}, format="json").status_code == 200
     command = _local_agent_command(8123, "127.0.0.1", 2)
     assert command[1:3] == ["-m", "gqc.agent"] and "--fake-gpus" in command and "http://127.0.0.1:8123" in command
+
+
+# --- GPU samples: stored by telemetry after the beat -------------------------------------------------
+
+
+def test_a_beats_gpu_samples_are_stored_with_the_job_on_each_gpu(
+    agent_cluster: Cluster, django_capture_on_commit_callbacks: Any
+) -> None:
+    from telemetry.models import GpuSample
+
+    job = _submit(agent_cluster, "train", gpus=2, command="python train.py")
+    client, node = _agent_of(job)
+    held = Job.objects.get(pk=job.pk).placements.get().devices
+    samples = [
+        {"index": 0, "utilization": 91.5, "memory_used_mib": 40_960, "memory_total_mib": 81_920},
+        {"index": 5, "utilization": 0.0, "memory_used_mib": 0},  # total left out: the registered size, or used
+    ]
+    with django_capture_on_commit_callbacks(execute=True):
+        _beat(client, node, samples=samples)
+    stored = {row.gpu: row for row in GpuSample.objects.filter(node_id=Node.objects.get(name=node).pk)}
+    assert set(stored) == {0, 5}
+    assert (stored[0].utilisation, stored[0].memory_used_mib, stored[0].memory_total_mib) == (91.5, 40_960, 81_920)
+    assert stored[0].job_id == (job.pk if 0 in held else None)
+    assert stored[5].job_id is None
+
+
+def test_a_sample_beyond_the_bounds_is_a_400_naming_the_field(agent_cluster: Cluster) -> None:
+    client = _node_client(_token("gpu-1"))
+    answer = client.post(
+        HEARTBEAT,
+        {"node": "gpu-1", "processes": [], "samples": [{"index": 0, "utilization": 101, "memory_used_mib": 1}]},
+        format="json",
+    )
+    assert answer.status_code == 400
+    assert "utilization" in str(answer.json())
