@@ -79,7 +79,10 @@ def test_a_team_member_follows_their_jobs_and_cancels_one(
     page.get_by_role("link", name="train-b").click()
     expect(page.get_by_test_id("job-state")).to_have_text("Running")
     expect(page.get_by_test_id("job-events")).to_contain_text("Submitted")
-    # Cancel previews first (the page kit): what the freed GPUs would admit, then Confirm.
+    # Cancel previews first (the page kit): what the freed GPUs would admit, then Confirm. The
+    # link opens a dialog once the deferred scripts run; before that it is a plain link to the
+    # action's page, so wait for them (on a busy machine the click came first once).
+    page.wait_for_load_state("load")
     page.get_by_role("link", name="Cancel job").click()
     dialog = page.get_by_role("dialog")
     dialog.get_by_role("button", name="Preview").click()
