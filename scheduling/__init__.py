@@ -9,6 +9,6 @@
 - `executors`: carry decisions out, through lifecycle and events (never services or the cycle).
 - `cycle`: snapshot -> engine -> commit, then the executor acts. `services`, `agent_services` (the agents'
   beats): writes, which trigger a cycle.
-- `tasks`, `providers`, `simulate/` (`scenarios`): entry points.
+- `tasks`, `providers`, `simulate/`: entry points.
 - `api/`, `views`, `forms`, `templatetags/`, `admin`, `management/`: interfaces.
 """

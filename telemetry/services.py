@@ -160,6 +160,24 @@ def record_gpu_samples(node: Node, samples: Sequence[GpuReading], *, at: datetim
     return _record([(_Target(node.pk, node.name, node.gpus), samples)], at=at or get_clock().now())
 
 
+Holder = tuple[int, str, float]  # (job id, kind, share of the GPU)
+
+
+def _holders_by_gpu(*, node_ids: Sequence[int]) -> dict[tuple[int, int], list[Holder]]:
+    """The jobs on each (node, GPU) of these nodes, with their share: one query."""
+    holders: dict[tuple[int, int], list[Holder]] = defaultdict(list)
+    for held in scheduling_selectors.held_devices_with_kind(node_ids=node_ids):
+        fraction = held.fraction if held.fraction < 1 else 1.0
+        for device in held.devices:
+            holders[(held.node_id, device)].append((held.job_id, held.kind, fraction))
+    return holders
+
+
+def _naming_job(on_gpu: Sequence[Holder]) -> int | None:
+    """The job a GPU's reading is filed under: the largest share; ties go to the lowest id (the earlier job)."""
+    return min(on_gpu, key=lambda holder: (-holder[2], holder[0]))[0] if on_gpu else None
+
+
 def record_agent_samples(*, node: Node, samples: Sequence[Mapping[str, Any]]) -> int:
     """A node agent's beat (scheduling.agent_services.gpu_samples_reported, after its commit): the
     API validated each reading's bounds; the job on a GPU is read from the node's placements, and
@@ -169,12 +187,7 @@ def record_agent_samples(*, node: Node, samples: Sequence[Mapping[str, Any]]) ->
         for device in (getattr(getattr(node, "agent", None), "registered_devices", None) or [])
         if isinstance(device, Mapping) and "index" in device
     }
-    holders: dict[int, tuple[float, int]] = {}
-    for held in scheduling_selectors.held_devices_with_kind(node_ids=[node.pk]):
-        for device in held.devices:
-            # The largest share names the GPU's job; ties go to the lowest id, as for simulated nodes.
-            if device not in holders or (-held.fraction, held.job_id) < (-holders[device][0], holders[device][1]):
-                holders[device] = (held.fraction, held.job_id)
+    holders = _holders_by_gpu(node_ids=[node.pk])
     readings = []
     for sample in samples:
         gpu = int(sample["index"])
@@ -186,7 +199,7 @@ def record_agent_samples(*, node: Node, samples: Sequence[Mapping[str, Any]]) ->
                 utilisation=float(sample["utilization"]),
                 memory_used_mib=used,
                 memory_total_mib=max(total, used, 1),
-                job_id=holders[gpu][1] if gpu in holders else None,
+                job_id=_naming_job(holders.get((node.pk, gpu), [])),
             )
         )
     try:
@@ -202,11 +215,7 @@ def simulated_readings(*, at: datetime) -> list[tuple[_Target, list[GpuReading]]
     """What every simulated node's GPUs read at `at`, from the synthetic curves of the jobs
     placed on them (telemetry.synthetic): two queries whatever the size of the cluster."""
     nodes = selectors.simulated_nodes()
-    holders: dict[tuple[int, int], list[tuple[int, str, float]]] = defaultdict(list)
-    for held in scheduling_selectors.held_devices_with_kind(node_ids=[node.id for node in nodes]):
-        fraction = held.fraction if held.fraction < 1 else 1.0
-        for device in held.devices:
-            holders[(held.node_id, device)].append((held.job_id, held.kind, fraction))
+    holders = _holders_by_gpu(node_ids=[node.id for node in nodes])
     total = int(selectors.setting("TELEMETRY_SIMULATED_GPU_MEMORY_MIB"))
     moment = at.timestamp()
     batch = []
@@ -215,9 +224,7 @@ def simulated_readings(*, at: datetime) -> list[tuple[_Target, list[GpuReading]]
         for gpu in range(node.gpus):
             on_gpu = holders.get((node.id, gpu), [])
             busy, used = synthetic.gpu_reading(on_gpu, gpu=gpu, at=moment, memory_total_mib=total)
-            # The largest share names the GPU's job; ties go to the lowest id (the earlier job).
-            job_id = min(on_gpu, key=lambda holder: (-holder[2], holder[0]))[0] if on_gpu else None
-            readings.append(GpuReading(gpu, busy, used, total, job_id))
+            readings.append(GpuReading(gpu, busy, used, total, _naming_job(on_gpu)))
         batch.append((_Target(node.id, node.name, node.gpus), readings))
     return batch
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from django.db.models import QuerySet
@@ -60,6 +61,14 @@ def _or_dry_run(serializer: type[Serializer[Any]], name: str) -> PolymorphicProx
     return PolymorphicProxySerializer(
         component_name=name, serializers=[serializer, DryRunResultSerializer], resource_type_field_name=None
     )
+
+
+# The node's state actions (down, up, cordon, drain, uncordon) take and answer the same shapes.
+NODE_ACTION_SCHEMA = extend_schema(
+    request=DryRunFlagSerializer,
+    parameters=[DRY_RUN_PARAMETER],
+    responses={200: _or_dry_run(NodeSerializer, "NodeOrDryRun")},
+)
 
 
 @extend_schema_view(
@@ -198,42 +207,8 @@ class NodeViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
             return Response(status=status.HTTP_204_NO_CONTENT)
         return Response(outcome)
 
-    def _set_state(self, request: Request, state: str) -> Response:
-        serializer = DryRunFlagSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        dry_run = _dry_run(request, dict(serializer.validated_data))
-        outcome = services.set_node_state(actor=request.user, node=self.get_object(), state=state, dry_run=dry_run)
-        if isinstance(outcome, Node):
-            return self._represent(outcome)
-        return Response(outcome)
-
-    @extend_schema(
-        request=DryRunFlagSerializer,
-        parameters=[DRY_RUN_PARAMETER],
-        responses={200: _or_dry_run(NodeSerializer, "NodeOrDryRun")},
-    )
-    @action(detail=True, methods=["post"])
-    def down(self, request: Request, pk: str | None = None) -> Response:
-        """Take the node out of placement; guarantees still count it."""
-        return self._set_state(request, NodeState.NOT_READY)
-
-    @extend_schema(
-        request=DryRunFlagSerializer,
-        parameters=[DRY_RUN_PARAMETER],
-        responses={200: _or_dry_run(NodeSerializer, "NodeOrDryRun")},
-    )
-    @action(detail=True, methods=["post"])
-    def up(self, request: Request, pk: str | None = None) -> Response:
-        return self._set_state(request, NodeState.READY)
-
-    @extend_schema(request=None, responses={201: NodeTokenSerializer})
-    @action(detail=True, methods=["post"], permission_classes=[IsPlatformAdmin])
-    def token(self, request: Request, pk: str | None = None) -> Response:
-        """A new token for the node's agent (AGENT.md), shown this once; the old one stops working."""
-        token = node_agents.issue_node_token(actor=request.user, node=self.get_object())
-        return Response({"token": token}, status=status.HTTP_201_CREATED)
-
-    def _change_schedulability(self, request: Request, change: Callable[..., Node | services.DryRunResult]) -> Response:
+    def _node_action(self, request: Request, change: Callable[..., Node | services.DryRunResult]) -> Response:
+        """down, up, cordon, drain, uncordon: the node's state changed by `change`, or previewed."""
         serializer = DryRunFlagSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         dry_run = _dry_run(request, dict(serializer.validated_data))
@@ -242,37 +217,43 @@ class NodeViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
             return self._represent(outcome)
         return Response(outcome)
 
-    @extend_schema(
-        request=DryRunFlagSerializer,
-        parameters=[DRY_RUN_PARAMETER],
-        responses={200: _or_dry_run(NodeSerializer, "NodeOrDryRun")},
-    )
+    @NODE_ACTION_SCHEMA
+    @action(detail=True, methods=["post"])
+    def down(self, request: Request, pk: str | None = None) -> Response:
+        """Take the node out of placement; guarantees still count it."""
+        return self._node_action(request, partial(services.set_node_state, state=NodeState.NOT_READY))
+
+    @NODE_ACTION_SCHEMA
+    @action(detail=True, methods=["post"])
+    def up(self, request: Request, pk: str | None = None) -> Response:
+        return self._node_action(request, partial(services.set_node_state, state=NodeState.READY))
+
+    @extend_schema(request=None, responses={201: NodeTokenSerializer})
+    @action(detail=True, methods=["post"], permission_classes=[IsPlatformAdmin])
+    def token(self, request: Request, pk: str | None = None) -> Response:
+        """A new token for the node's agent (AGENT.md), shown this once; the old one stops working."""
+        token = node_agents.issue_node_token(actor=request.user, node=self.get_object())
+        return Response({"token": token}, status=status.HTTP_201_CREATED)
+
+    @NODE_ACTION_SCHEMA
     @action(detail=True, methods=["post"])
     def cordon(self, request: Request, pk: str | None = None) -> Response:
         """Place no new job on the node (state `cordoned`); its jobs run on. Its idle GPUs leave the
         capacity that fair share divides. A `dry_run` previews the next cycle."""
-        return self._change_schedulability(request, services.cordon_node)
+        return self._node_action(request, services.cordon_node)
 
-    @extend_schema(
-        request=DryRunFlagSerializer,
-        parameters=[DRY_RUN_PARAMETER],
-        responses={200: _or_dry_run(NodeSerializer, "NodeOrDryRun")},
-    )
+    @NODE_ACTION_SCHEMA
     @action(detail=True, methods=["post"])
     def drain(self, request: Request, pk: str | None = None) -> Response:
         """Cordon the node and evict every job on it (rule `drain`), each after its grace period,
         back to the queue to run elsewhere. A `dry_run`'s preview lists the jobs evicted."""
-        return self._change_schedulability(request, services.drain_node)
+        return self._node_action(request, services.drain_node)
 
-    @extend_schema(
-        request=DryRunFlagSerializer,
-        parameters=[DRY_RUN_PARAMETER],
-        responses={200: _or_dry_run(NodeSerializer, "NodeOrDryRun")},
-    )
+    @NODE_ACTION_SCHEMA
     @action(detail=True, methods=["post"])
     def uncordon(self, request: Request, pk: str | None = None) -> Response:
         """A cordoned or draining node takes new jobs again (state `ready`)."""
-        return self._change_schedulability(request, services.uncordon_node)
+        return self._node_action(request, services.uncordon_node)
 
 
 class AuditLogViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):  # type: ignore[type-arg]

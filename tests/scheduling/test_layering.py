@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("executors", frozenset({"executors"})),
     ("cycle", frozenset({"cycle"})),
     ("writes", frozenset({"services", "agent_services"})),
-    ("entry points", frozenset({"tasks", "providers", "simulate", "scenarios"})),
+    ("entry points", frozenset({"tasks", "providers", "simulate"})),
     ("interfaces", frozenset({"api", "views", "forms", "templatetags", "urls", "admin", "apps", "management"})),
 )
 
