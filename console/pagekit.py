@@ -3,9 +3,9 @@
 Preview calls the service's `preview_…` function and shows, in numbers, what would move;
 Confirm calls the service itself: both run the same change (see quotas/services/preview.py).
 One template (`console/kit/action.html`) and one helper (`run_preview_action`) serve every
-action form: as a dialog when htmx is there (the partial is
-swapped into the page's `<dialog>`), and as a plain page without JavaScript (the same partial
-inside the base layout). Errors from the form or from the service land beside their field.
+action form: as a dialog when htmx is there (the partial is swapped into the page's
+`<dialog>`), and as a plain page without JavaScript (the same partial inside the base layout).
+Errors from the form or from the service land beside their field.
 See docs/console.md, "Adding an action form".
 """
 
