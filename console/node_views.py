@@ -241,31 +241,30 @@ def _holding(node: Node) -> list[str]:
     return sorted({f"{holder['job']} ({holder['quota']})" for holder in held})
 
 
-STATE_CHANGES: Mapping[str, tuple[Callable[..., Any], str, str]] = {
-    # verb: (service, what the intro says, the done message's ending)
+STATE_CHANGES: Mapping[str, tuple[Callable[..., DryRunResult], Callable[..., Node], str, str]] = {
+    # verb: (its preview, the service, what the intro says, the done message's ending)
     "cordon": (
+        services.preview_cordon_node,
         services.cordon_node,
         "No new job is placed on {node}; the jobs on it keep running. Its idle GPUs leave the capacity that "
         "fair share divides.",
         "is cordoned",
     ),
     "drain": (
+        services.preview_drain_node,
         services.drain_node,
         "Cordons {node} and evicts every job on it, whatever its priority, each after its grace period, back to "
         "the queue to run elsewhere.",
         "is draining",
     ),
-    "uncordon": (services.uncordon_node, "{node} takes new jobs again.", "is ready"),
+    "uncordon": (services.preview_uncordon_node, services.uncordon_node, "{node} takes new jobs again.", "is ready"),
 }
 
 
 def _state_change(request: HttpRequest, node: Node, verb: str) -> HttpResponse:
-    service, intro, done = STATE_CHANGES[verb]
+    preview, service, intro, done = STATE_CHANGES[verb]
     running = _holding(node)
     holding = f" Jobs on it now: {', '.join(running)}." if running else " No job runs on it now."
-
-    def perform(cleaned: Mapping[str, Any], dry_run: bool) -> Any:
-        return service(actor=request.user, node=node, dry_run=dry_run)
 
     action = PreviewAction(
         title=f"{verb.capitalize()} {node.name}",
@@ -273,7 +272,8 @@ def _state_change(request: HttpRequest, node: Node, verb: str) -> HttpResponse:
         url=reverse(f"node-{verb}", args=[node.pk]),
         done_url=reverse("nodes-page"),
         form=node_forms.StateChangeForm(request.POST or None),
-        perform=perform,
+        preview=lambda cleaned: preview(actor=request.user, node=node),
+        apply=lambda cleaned: service(actor=request.user, node=node),
         summarise=_summariser(node.pool_id),
         done_message=lambda cleaned: f"{node.name} {done}.",
         confirm_label=f"Confirm: {verb}",
@@ -304,16 +304,14 @@ def _node_fields(cleaned: Mapping[str, Any]) -> dict[str, Any]:
 def node_new(request: HttpRequest) -> HttpResponse:
     pool = selectors.default_pool()
 
-    def perform(cleaned: Mapping[str, Any], dry_run: bool) -> Any:
-        return services.create_node(actor=request.user, dry_run=dry_run, **_node_fields(cleaned))
-
     action = PreviewAction(
         title="Add node",
         intro="A node of the default pool, with one GPU device per GPU; it takes jobs at once.",
         url=reverse("node-new"),
         done_url=reverse("nodes-page"),
         form=node_forms.NodeForm(request.POST or None),
-        perform=perform,
+        preview=lambda cleaned: services.preview_create_node(actor=request.user, **_node_fields(cleaned)),
+        apply=lambda cleaned: services.create_node(actor=request.user, **_node_fields(cleaned)),
         summarise=_summariser(pool.pk if pool else None),
         done_message=lambda cleaned: f"Added {cleaned['name']} with {bounds.readable(cleaned['gpus'])} GPUs.",
         confirm_label="Confirm: add",
@@ -323,9 +321,6 @@ def node_new(request: HttpRequest) -> HttpResponse:
 
 @_node_action
 def node_edit(request: HttpRequest, node: Node) -> HttpResponse:
-    def perform(cleaned: Mapping[str, Any], dry_run: bool) -> Any:
-        return services.update_node(actor=request.user, node=node, dry_run=dry_run, **_node_fields(cleaned))
-
     initial = {
         "name": node.name,
         "gpus": node.gpus,
@@ -341,7 +336,8 @@ def node_edit(request: HttpRequest, node: Node) -> HttpResponse:
         url=reverse("node-edit", args=[node.pk]),
         done_url=reverse("nodes-page"),
         form=node_forms.NodeForm(request.POST or None, initial=initial),
-        perform=perform,
+        preview=lambda cleaned: services.preview_update_node(actor=request.user, node=node, **_node_fields(cleaned)),
+        apply=lambda cleaned: services.update_node(actor=request.user, node=node, **_node_fields(cleaned)),
         summarise=_summariser(node.pool_id),
         done_message=lambda cleaned: f"Saved {cleaned['name']}.",
         confirm_label="Confirm: save",

@@ -1,10 +1,11 @@
 """The page kit: every change a page makes runs as form → Preview → Confirm.
 
-Preview calls the service with `dry_run=True` and shows, in numbers, what would move; Confirm
-calls the very same service for real. One template (`console/kit/action.html`) and one helper
-(`run_preview_action`) serve every action form: as a dialog when htmx is there (the partial is
-swapped into the page's `<dialog>`), and as a plain page without JavaScript (the same partial
-inside the base layout). Errors from the form or from the service land beside their field.
+Preview calls the service's `preview_…` function and shows, in numbers, what would move;
+Confirm calls the service itself: both run the same change (see quotas/services/preview.py).
+One template (`console/kit/action.html`) and one helper (`run_preview_action`) serve every
+action form: as a dialog when htmx is there (the partial is swapped into the page's
+`<dialog>`), and as a plain page without JavaScript (the same partial inside the base layout).
+Errors from the form or from the service land beside their field.
 See docs/console.md, "Adding an action form".
 """
 
@@ -56,19 +57,24 @@ class PreviewSummary(TypedDict):
     admissions: list[dict[str, Any]]
 
 
-# (cleaned form data, dry_run) → the service's DryRunResult when dry_run, else what it made.
-Perform = Callable[[Mapping[str, Any], bool], Any]
+# cleaned form data → `{valid, errors, preview}`: a DryRunResult, or the same keys from a service
+# of another app (cancelling a job), which may also raise ValidationError instead of answering invalid.
+Preview = Callable[[Mapping[str, Any]], Any]
+# cleaned form data → the change made for real (what it returns is not read).
+Apply = Callable[[Mapping[str, Any]], object]
 
 
 @dataclass
 class PreviewAction:
-    """What one action form needs: its words, its form, the service call and how to read the preview."""
+    """What one action form needs: its words, its form, the service's preview and write, and how to
+    read the preview."""
 
     title: str
     url: str
     done_url: str
     form: forms.Form
-    perform: Perform
+    preview: Preview
+    apply: Apply
     summarise: Callable[[DryRunResult], PreviewSummary]
     done_message: Callable[[Mapping[str, Any]], str]
     intro: str = ""
@@ -104,7 +110,7 @@ def run_preview_action(request: HttpRequest, action: PreviewAction) -> HttpRespo
         wants_confirm = request.POST.get("step") == CONFIRM and request.POST.get("previewed") == fingerprint
         if wants_confirm:
             try:
-                action.perform(cleaned, False)
+                action.apply(cleaned)
             except ValidationError as refused:
                 _attach_errors(action, error_messages(refused))
             else:
@@ -113,12 +119,16 @@ def run_preview_action(request: HttpRequest, action: PreviewAction) -> HttpRespo
                     return HttpResponseClientRedirect(action.done_url)
                 return HttpResponseRedirect(action.done_url)
         else:
-            result: DryRunResult = action.perform(cleaned, True)
-            if result["valid"]:
-                summary = action.summarise(result)
-                previewed = fingerprint
+            try:
+                result: DryRunResult = action.preview(cleaned)
+            except ValidationError as refused:
+                _attach_errors(action, error_messages(refused))
             else:
-                _attach_errors(action, result["errors"])
+                if result["valid"]:
+                    summary = action.summarise(result)
+                    previewed = fingerprint
+                else:
+                    _attach_errors(action, result["errors"])
     context = {"action": action, "form": action.form, "summary": summary, "previewed": previewed}
     template = "console/kit/action.html" if getattr(request, "htmx", False) else "console/kit/action_page.html"
     # Errors answer 200: htmx swaps only successful answers, and the form with its errors is the answer.

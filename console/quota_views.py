@@ -170,13 +170,17 @@ def resource_quotas(request: HttpRequest) -> HttpResponse:
         # them she may see (issue 11: the counts did not match her Jobs page).
         yours = {} if _is_platform_admin(request) else _visible_live_counts(request, rows)
         shown = [{**row, "yours": yours.get(row["quota"].pk)} for row in rows]
-        tree_rows = engines["jinja2"].get_template("console/quotas/tree_rows.html").render(
-            {
-                "rows": shown,
-                "parents": {row["quota"].parent_id for row in rows},
-                "may_change": context["may_change"],
-                "quota_base": context["quota_base"],
-            }
+        tree_rows = (
+            engines["jinja2"]
+            .get_template("console/quotas/tree_rows.html")
+            .render(
+                {
+                    "rows": shown,
+                    "parents": {row["quota"].parent_id for row in rows},
+                    "may_change": context["may_change"],
+                    "quota_base": context["quota_base"],
+                }
+            )
         )
         # Jinja2 escaped every value as it rendered (autoescape is on in Django's backend).
         context.update(rows=shown, query=query, tree_rows=mark_safe(tree_rows))
@@ -263,15 +267,8 @@ def _create(request: HttpRequest, parent: Quota | None) -> HttpResponse:
     pool = parent.pool if parent is not None else selectors.default_pool()
     url = reverse("quota-new-child", args=[parent.pk]) if parent else reverse("quota-new")
 
-    def perform(cleaned: Mapping[str, Any], dry_run: bool) -> Any:
-        return services.create_quota(
-            actor=request.user,
-            name=cleaned["name"],
-            parent=parent,
-            gpus=cleaned["gpus"],
-            dry_run=dry_run,
-            **_settings(cleaned),
-        )
+    def new_quota(cleaned: Mapping[str, Any]) -> dict[str, Any]:
+        return {"name": cleaned["name"], "parent": parent, "gpus": cleaned["gpus"], **_settings(cleaned)}
 
     action = PreviewAction(
         title=f"New child quota of {parent.name}" if parent else "New quota",
@@ -281,7 +278,8 @@ def _create(request: HttpRequest, parent: Quota | None) -> HttpResponse:
         url=url,
         done_url=reverse("resource-quotas"),
         form=quota_forms.QuotaSettingsForm(request.POST or None),
-        perform=perform,
+        preview=lambda cleaned: services.preview_create_quota(actor=request.user, **new_quota(cleaned)),
+        apply=lambda cleaned: services.create_quota(actor=request.user, **new_quota(cleaned)),
         summarise=_summariser(pool.pk if pool else None),
         done_message=lambda cleaned: f"Created {cleaned['name']} with {bounds.readable(cleaned['gpus'])} GPUs.",
         confirm_label="Confirm: create",
@@ -303,16 +301,14 @@ def quota_new_child(request: HttpRequest, quota: Quota) -> HttpResponse:
 
 @_admin_action
 def quota_scale(request: HttpRequest, quota: Quota) -> HttpResponse:
-    def perform(cleaned: Mapping[str, Any], dry_run: bool) -> Any:
-        return services.scale_quota(actor=request.user, quota=quota, gpus=cleaned["gpus"], dry_run=dry_run)
-
     action = PreviewAction(
         title=f"Scale {quota.name}",
         intro=f"{quota.name} guarantees {bounds.readable(quota.gpus)} GPUs now.",
         url=reverse("quota-scale", args=[quota.pk]),
         done_url=reverse("resource-quotas"),
         form=quota_forms.ScaleForm(request.POST or None, initial={"gpus": quota.gpus}),
-        perform=perform,
+        preview=lambda cleaned: services.preview_scale_quota(actor=request.user, quota=quota, gpus=cleaned["gpus"]),
+        apply=lambda cleaned: services.scale_quota(actor=request.user, quota=quota, gpus=cleaned["gpus"]),
         summarise=_summariser(quota.pool_id),
         done_message=lambda cleaned: f"Scaled {quota.name} to {bounds.readable(cleaned['gpus'])} GPUs.",
         confirm_label="Confirm: scale",
@@ -329,10 +325,13 @@ def quota_transfer(request: HttpRequest, quota: Quota) -> HttpResponse:
         .order_by("name")
     )
 
-    def perform(cleaned: Mapping[str, Any], dry_run: bool) -> Any:
-        return services.transfer_quota(
-            actor=request.user, source=quota, target=cleaned["target"], gpus=cleaned["gpus"], dry_run=dry_run
+    def preview(cleaned: Mapping[str, Any]) -> services.DryRunResult:
+        return services.preview_transfer_quota(
+            actor=request.user, source=quota, target=cleaned["target"], gpus=cleaned["gpus"]
         )
+
+    def apply(cleaned: Mapping[str, Any]) -> tuple[Quota, Quota]:
+        return services.transfer_quota(actor=request.user, source=quota, target=cleaned["target"], gpus=cleaned["gpus"])
 
     action = PreviewAction(
         title=f"Transfer from {quota.name}",
@@ -340,7 +339,8 @@ def quota_transfer(request: HttpRequest, quota: Quota) -> HttpResponse:
         url=reverse("quota-transfer", args=[quota.pk]),
         done_url=reverse("resource-quotas"),
         form=quota_forms.TransferForm(request.POST or None, siblings=siblings),
-        perform=perform,
+        preview=preview,
+        apply=apply,
         summarise=_summariser(quota.pool_id),
         done_message=lambda cleaned: (
             f"Moved {bounds.readable(cleaned['gpus'])} GPUs from {quota.name} to {cleaned['target'].name}."
@@ -353,11 +353,6 @@ def quota_transfer(request: HttpRequest, quota: Quota) -> HttpResponse:
 
 @_admin_action
 def quota_edit(request: HttpRequest, quota: Quota) -> HttpResponse:
-    def perform(cleaned: Mapping[str, Any], dry_run: bool) -> Any:
-        return services.update_quota(
-            actor=request.user, quota=quota, dry_run=dry_run, name=cleaned["name"], **_settings(cleaned)
-        )
-
     initial = {
         field: getattr(quota, field)
         for field in ("name", "limit", "weight", "child_preemption", "same_level_preemption", "queue_policy")
@@ -368,7 +363,12 @@ def quota_edit(request: HttpRequest, quota: Quota) -> HttpResponse:
         url=reverse("quota-edit", args=[quota.pk]),
         done_url=reverse("resource-quotas"),
         form=quota_forms.EditQuotaForm(request.POST or None, initial=initial),
-        perform=perform,
+        preview=lambda cleaned: services.preview_update_quota(
+            actor=request.user, quota=quota, name=cleaned["name"], **_settings(cleaned)
+        ),
+        apply=lambda cleaned: services.update_quota(
+            actor=request.user, quota=quota, name=cleaned["name"], **_settings(cleaned)
+        ),
         summarise=_summariser(quota.pool_id),
         done_message=lambda cleaned: f"Saved {cleaned['name']}.",
         confirm_label="Confirm: save",
@@ -391,9 +391,7 @@ def quota_switch(request: HttpRequest, quota: Quota, switch: str) -> HttpRespons
     turn_on = not getattr(quota, field)
     state = "on" if turn_on else "off"
 
-    def perform(cleaned: Mapping[str, Any], dry_run: bool) -> Any:
-        changes: dict[str, Any] = {field: turn_on}
-        return services.update_quota(actor=request.user, quota=quota, dry_run=dry_run, **changes)
+    changes: dict[str, Any] = {field: turn_on}
 
     action = PreviewAction(
         title=f"Turn {state} {label} of {quota.name}",
@@ -401,7 +399,8 @@ def quota_switch(request: HttpRequest, quota: Quota, switch: str) -> HttpRespons
         url=reverse("quota-switch", args=[quota.pk, switch]),
         done_url=reverse("quota-detail", args=[quota.pk]),
         form=quota_forms.DeleteForm(request.POST or None),
-        perform=perform,
+        preview=lambda cleaned: services.preview_update_quota(actor=request.user, quota=quota, **changes),
+        apply=lambda cleaned: services.update_quota(actor=request.user, quota=quota, **changes),
         summarise=_summariser(quota.pool_id),
         done_message=lambda cleaned: f"{label} of {quota.name} is {state}.",
         confirm_label=f"Confirm: turn {state}",
@@ -413,16 +412,14 @@ def quota_switch(request: HttpRequest, quota: Quota, switch: str) -> HttpRespons
 def quota_delete(request: HttpRequest, quota: Quota) -> HttpResponse:
     name = quota.name
 
-    def perform(cleaned: Mapping[str, Any], dry_run: bool) -> Any:
-        return services.delete_quota(actor=request.user, quota=quota, dry_run=dry_run)
-
     action = PreviewAction(
         title=f"Delete {name}",
         intro=f"Preview says whether {name} may go: not while child quotas, workspaces or live jobs use it.",
         url=reverse("quota-delete", args=[quota.pk]),
         done_url=reverse("resource-quotas"),
         form=quota_forms.DeleteForm(request.POST or None),
-        perform=perform,
+        preview=lambda cleaned: services.preview_delete_quota(actor=request.user, quota=quota),
+        apply=lambda cleaned: services.delete_quota(actor=request.user, quota=quota),
         summarise=_summariser(quota.pool_id),
         done_message=lambda cleaned: f"Deleted {name}.",
         confirm_label="Confirm: delete",

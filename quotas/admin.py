@@ -26,10 +26,10 @@ class QuotaAdminForm(forms.ModelForm):  # type: ignore[type-arg]
         request_user = getattr(self, "request_user", None)
         fields: dict[str, Any] = {field: cleaned.get(field) for field in services.QUOTA_FIELDS if field in cleaned}
         if self.instance.pk is None:
-            result = services.create_quota(actor=request_user, dry_run=True, **fields)
+            result = services.preview_create_quota(actor=request_user, **fields)
         else:
             changes = {field: value for field, value in fields.items() if field in self.changed_data}
-            result = services.update_quota(actor=request_user, quota=self.instance, dry_run=True, **changes)
+            result = services.preview_update_quota(actor=request_user, quota=self.instance, **changes)
         for field, messages in result["errors"].items():
             for message in messages:
                 self.add_error(field if field in self.fields else None, message)
@@ -92,10 +92,10 @@ class NodeAdminForm(forms.ModelForm):  # type: ignore[type-arg]
         request_user = getattr(self, "request_user", None)
         fields: dict[str, Any] = {field: cleaned.get(field) for field in services.NODE_FIELDS if field in cleaned}
         if self.instance.pk is None:
-            result = services.create_node(actor=request_user, dry_run=True, **fields)
+            result = services.preview_create_node(actor=request_user, **fields)
         else:
             changes = {field: value for field, value in fields.items() if field in self.changed_data}
-            result = services.update_node(actor=request_user, node=self.instance, dry_run=True, **changes)
+            result = services.preview_update_node(actor=request_user, node=self.instance, **changes)
         for field, messages in result["errors"].items():
             for message in messages:
                 self.add_error(field if field in self.fields else None, message)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
@@ -412,45 +412,59 @@ def _publish_on_commit(*jobs: Job) -> None:
     transaction.on_commit(lambda: events.publish_many(batch))
 
 
-def cancel_job(*, actor: Actor, job: Job, dry_run: bool = False) -> Job | DryRun:
-    """The owner, the workspace's operators and admins, and platform admins may cancel; GPUs are freed at once.
+def preview_cancel_job(*, actor: Actor, job: Job) -> DryRun:
+    """`cancel_job` in a rolled-back transaction: what the next cycle would then admit.
 
-    With `dry_run` nothing changes; the answer says whether it is allowed and what the next cycle
-    would then admit.
+    A job that is no longer live is refused with ValidationError, as `cancel_job` refuses it.
     """
+    cancel = _cancel_job_change(actor=actor, job=job)
+    with transaction.atomic():
+        cancel()
+        preview = DryRun(valid=True, errors={}, preview=dict(quota_hooks.preview()))
+        # The audit record and the after-commit cycle and events go with the rollback.
+        transaction.set_rollback(True)
+    return preview
+
+
+def cancel_job(*, actor: Actor, job: Job) -> Job:
+    """The owner, the workspace's operators and admins, and platform admins may cancel; GPUs are freed at once."""
+    return _cancel_job_change(actor=actor, job=job)()
+
+
+def _cancel_job_change(*, actor: Actor, job: Job) -> Callable[[], Job]:
     if actor is not None and not can(actor, "manage", job):
         raise PermissionDenied(denial_reason(actor, "manage", job))
-    now = get_clock().now()
-    with transaction.atomic():
-        locked = Job.objects.select_for_update().get(pk=job.pk)
-        before = lifecycle.job_summary(locked)
-        if not lifecycle.end_job(
-            job=locked,
-            final_state=JobState.CANCELLED,
-            event_kind=JobEventKind.CANCELLED,
-            now=now,
-            allowed_from=ACTIVE_STATES,
-            message=f"cancelled by {actor.get_username() if actor is not None else 'the scheduler'}",
-        ):
-            raise ValidationError(
-                {"state": f"job {locked.name} is already {locked.state}; only live jobs can be cancelled"}
+
+    def apply() -> Job:
+        now = get_clock().now()
+        with transaction.atomic():
+            locked = Job.objects.select_for_update().get(pk=job.pk)
+            before = lifecycle.job_summary(locked)
+            if not lifecycle.end_job(
+                job=locked,
+                final_state=JobState.CANCELLED,
+                event_kind=JobEventKind.CANCELLED,
+                now=now,
+                allowed_from=ACTIVE_STATES,
+                message=f"cancelled by {actor.get_username() if actor is not None else 'the scheduler'}",
+            ):
+                raise ValidationError(
+                    {"state": f"job {locked.name} is already {locked.state}; only live jobs can be cancelled"}
+                )
+            audit.record(
+                actor=actor,
+                action="job.cancel",
+                object_type="job",
+                object_id=locked.pk,
+                object_repr=locked.name,
+                before=before,
+                after=lifecycle.job_summary(locked),
             )
-        if dry_run:
-            preview = DryRun(valid=True, errors={}, preview=dict(quota_hooks.preview()))
-            transaction.set_rollback(True)
-            return preview
-        audit.record(
-            actor=actor,
-            action="job.cancel",
-            object_type="job",
-            object_id=locked.pk,
-            object_repr=locked.name,
-            before=before,
-            after=lifecycle.job_summary(locked),
-        )
-        triggers.request_cycle_on_commit("cancel")
-        _publish_on_commit(locked)
-    return locked
+            triggers.request_cycle_on_commit("cancel")
+            _publish_on_commit(locked)
+        return locked
+
+    return apply
 
 
 def finish_job(*, job: Job, succeeded: bool = True, message: str = "") -> Job:
@@ -576,6 +590,7 @@ __all__ = [
     "converge",
     "fail_job",
     "finish_job",
+    "preview_cancel_job",
     "release_jobs_on_down_node",
     "run_cycle",
     "run_cycle_now",

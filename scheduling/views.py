@@ -316,16 +316,6 @@ def job_cancel_page(request: HttpRequest, pk: int) -> HttpResponse:
     if not can(request.user, "manage", job):
         raise PermissionDenied(denial_reason(request.user, "manage", job))
 
-    def perform(_cleaned: Mapping[str, Any], dry_run: bool) -> Any:
-        if not dry_run:
-            return services.cancel_job(actor=request.user, job=job)
-        try:
-            answer = services.cancel_job(actor=request.user, job=job, dry_run=True)
-        except ValidationError as refused:
-            return {"valid": False, "errors": error_messages(refused), "preview": None}
-        assert isinstance(answer, services.DryRun)
-        return answer.as_dict()
-
     held = (
         f"It holds {bounds.readable(job.allocated_gpus)} GPUs; they are free at once."
         if job.allocated_gpus
@@ -337,7 +327,9 @@ def job_cancel_page(request: HttpRequest, pk: int) -> HttpResponse:
         url=reverse("job-cancel-page", args=[job.pk]),
         done_url=reverse("job-page", args=[job.pk]),
         form=CancelForm(request.POST or None),
-        perform=perform,
+        # A job no longer live is refused with ValidationError; the page kit shows it on the form.
+        preview=lambda _cleaned: services.preview_cancel_job(actor=request.user, job=job).as_dict(),
+        apply=lambda _cleaned: services.cancel_job(actor=request.user, job=job),
         summarise=_cancel_summary,
         done_message=lambda _cleaned: f"Job {job.name} cancelled; its GPUs are free.",
         confirm_label="Confirm: cancel job",

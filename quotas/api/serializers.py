@@ -248,7 +248,16 @@ class NodeSerializer(JsonTypedMixin, serializers.ModelSerializer[Node]):
     class Meta:
         model = Node
         fields = [
-            "id", "name", "gpus", "cpu", "memory_gib", "gpu_model", "labels", "state", "executor", "last_heartbeat",
+            "id",
+            "name",
+            "gpus",
+            "cpu",
+            "memory_gib",
+            "gpu_model",
+            "labels",
+            "state",
+            "executor",
+            "last_heartbeat",
             "dry_run",
         ]
         read_only_fields = ["id", "last_heartbeat"]

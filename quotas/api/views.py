@@ -94,11 +94,10 @@ class QuotaViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         fields = dict(serializer.validated_data)
-        dry_run = _dry_run(request, fields)
-        outcome = services.create_quota(actor=request.user, dry_run=dry_run, **fields)
-        if isinstance(outcome, Quota):
-            return self._represent(outcome, status_code=status.HTTP_201_CREATED)
-        return Response(outcome)
+        if _dry_run(request, fields):
+            return Response(services.preview_create_quota(actor=request.user, **fields))
+        quota = services.create_quota(actor=request.user, **fields)
+        return self._represent(quota, status_code=status.HTTP_201_CREATED)
 
     @extend_schema(parameters=[DRY_RUN_PARAMETER], responses={200: _or_dry_run(QuotaSerializer, "QuotaOrDryRun")})
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -106,19 +105,17 @@ class QuotaViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
         serializer = self.get_serializer(quota, data=request.data, partial=kwargs.get("partial", False))
         serializer.is_valid(raise_exception=True)
         changes = dict(serializer.validated_data)
-        dry_run = _dry_run(request, changes)
-        outcome = services.update_quota(actor=request.user, quota=quota, dry_run=dry_run, **changes)
-        if isinstance(outcome, Quota):
-            return self._represent(outcome)
-        return Response(outcome)
+        if _dry_run(request, changes):
+            return Response(services.preview_update_quota(actor=request.user, quota=quota, **changes))
+        return self._represent(services.update_quota(actor=request.user, quota=quota, **changes))
 
     @extend_schema(parameters=[DRY_RUN_PARAMETER], responses={204: None, 200: DryRunResultSerializer})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         quota = self.get_object()
-        outcome = services.delete_quota(actor=request.user, quota=quota, dry_run=_query_dry_run(request))
-        if outcome is None:
-            return Response(status=status.HTTP_204_NO_CONTENT)
-        return Response(outcome)
+        if _query_dry_run(request):
+            return Response(services.preview_delete_quota(actor=request.user, quota=quota))
+        services.delete_quota(actor=request.user, quota=quota)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(
         request=ScaleSerializer,
@@ -132,11 +129,9 @@ class QuotaViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
         serializer = ScaleSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         amounts = dict(serializer.validated_data)
-        dry_run = _dry_run(request, amounts)
-        outcome = services.scale_quota(actor=request.user, quota=quota, dry_run=dry_run, **amounts)
-        if isinstance(outcome, Quota):
-            return self._represent(outcome)
-        return Response(outcome)
+        if _dry_run(request, amounts):
+            return Response(services.preview_scale_quota(actor=request.user, quota=quota, **amounts))
+        return self._represent(services.scale_quota(actor=request.user, quota=quota, **amounts))
 
     @extend_schema(
         request=TransferSerializer,
@@ -151,12 +146,13 @@ class QuotaViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
         amounts = dict(serializer.validated_data)
         dry_run = _dry_run(request, amounts)
         source, target = amounts.pop("from"), amounts.pop("to")
-        outcome = services.transfer_quota(actor=request.user, source=source, target=target, dry_run=dry_run, **amounts)
-        if isinstance(outcome, tuple):
-            context = self.get_serializer_context()
-            moved = QuotaSerializer(outcome, many=True, context=context).data
-            return Response({"from": moved[0], "to": moved[1]})
-        return Response(outcome)
+        if dry_run:
+            return Response(
+                services.preview_transfer_quota(actor=request.user, source=source, target=target, **amounts)
+            )
+        moved_quotas = services.transfer_quota(actor=request.user, source=source, target=target, **amounts)
+        moved = QuotaSerializer(moved_quotas, many=True, context=self.get_serializer_context()).data
+        return Response({"from": moved[0], "to": moved[1]})
 
 
 @extend_schema_view(
@@ -182,11 +178,10 @@ class NodeViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         fields = dict(serializer.validated_data)
-        dry_run = _dry_run(request, fields)
-        outcome = services.create_node(actor=request.user, dry_run=dry_run, **fields)
-        if isinstance(outcome, Node):
-            return self._represent(outcome, status_code=status.HTTP_201_CREATED)
-        return Response(outcome)
+        if _dry_run(request, fields):
+            return Response(services.preview_create_node(actor=request.user, **fields))
+        node = services.create_node(actor=request.user, **fields)
+        return self._represent(node, status_code=status.HTTP_201_CREATED)
 
     @extend_schema(parameters=[DRY_RUN_PARAMETER], responses={200: _or_dry_run(NodeSerializer, "NodeOrDryRun")})
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -194,39 +189,49 @@ class NodeViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
         serializer = self.get_serializer(node, data=request.data, partial=kwargs.get("partial", False))
         serializer.is_valid(raise_exception=True)
         changes = dict(serializer.validated_data)
-        dry_run = _dry_run(request, changes)
-        outcome = services.update_node(actor=request.user, node=node, dry_run=dry_run, **changes)
-        if isinstance(outcome, Node):
-            return self._represent(outcome)
-        return Response(outcome)
+        if _dry_run(request, changes):
+            return Response(services.preview_update_node(actor=request.user, node=node, **changes))
+        return self._represent(services.update_node(actor=request.user, node=node, **changes))
 
     @extend_schema(parameters=[DRY_RUN_PARAMETER], responses={204: None, 200: DryRunResultSerializer})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        outcome = services.delete_node(actor=request.user, node=self.get_object(), dry_run=_query_dry_run(request))
-        if outcome is None:
-            return Response(status=status.HTTP_204_NO_CONTENT)
-        return Response(outcome)
+        node = self.get_object()
+        if _query_dry_run(request):
+            return Response(services.preview_delete_node(actor=request.user, node=node))
+        services.delete_node(actor=request.user, node=node)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
-    def _node_action(self, request: Request, change: Callable[..., Node | services.DryRunResult]) -> Response:
-        """down, up, cordon, drain, uncordon: the node's state changed by `change`, or previewed."""
+    def _node_action(
+        self,
+        request: Request,
+        preview: Callable[..., services.DryRunResult],
+        change: Callable[..., Node],
+    ) -> Response:
+        """down, up, cordon, drain, uncordon: the node's state changed by `change`, or previewed by `preview`."""
         serializer = DryRunFlagSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        dry_run = _dry_run(request, dict(serializer.validated_data))
-        outcome = change(actor=request.user, node=self.get_object(), dry_run=dry_run)
-        if isinstance(outcome, Node):
-            return self._represent(outcome)
-        return Response(outcome)
+        if _dry_run(request, dict(serializer.validated_data)):
+            return Response(preview(actor=request.user, node=self.get_object()))
+        return self._represent(change(actor=request.user, node=self.get_object()))
 
     @NODE_ACTION_SCHEMA
     @action(detail=True, methods=["post"])
     def down(self, request: Request, pk: str | None = None) -> Response:
         """Take the node out of placement; guarantees still count it."""
-        return self._node_action(request, partial(services.set_node_state, state=NodeState.NOT_READY))
+        return self._node_action(
+            request,
+            partial(services.preview_set_node_state, state=NodeState.NOT_READY),
+            partial(services.set_node_state, state=NodeState.NOT_READY),
+        )
 
     @NODE_ACTION_SCHEMA
     @action(detail=True, methods=["post"])
     def up(self, request: Request, pk: str | None = None) -> Response:
-        return self._node_action(request, partial(services.set_node_state, state=NodeState.READY))
+        return self._node_action(
+            request,
+            partial(services.preview_set_node_state, state=NodeState.READY),
+            partial(services.set_node_state, state=NodeState.READY),
+        )
 
     @extend_schema(request=None, responses={201: NodeTokenSerializer})
     @action(detail=True, methods=["post"], permission_classes=[IsPlatformAdmin])
@@ -240,20 +245,20 @@ class NodeViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
     def cordon(self, request: Request, pk: str | None = None) -> Response:
         """Place no new job on the node (state `cordoned`); its jobs run on. Its idle GPUs leave the
         capacity that fair share divides. A `dry_run` previews the next cycle."""
-        return self._node_action(request, services.cordon_node)
+        return self._node_action(request, services.preview_cordon_node, services.cordon_node)
 
     @NODE_ACTION_SCHEMA
     @action(detail=True, methods=["post"])
     def drain(self, request: Request, pk: str | None = None) -> Response:
         """Cordon the node and evict every job on it (rule `drain`), each after its grace period,
         back to the queue to run elsewhere. A `dry_run`'s preview lists the jobs evicted."""
-        return self._node_action(request, services.drain_node)
+        return self._node_action(request, services.preview_drain_node, services.drain_node)
 
     @NODE_ACTION_SCHEMA
     @action(detail=True, methods=["post"])
     def uncordon(self, request: Request, pk: str | None = None) -> Response:
         """A cordoned or draining node takes new jobs again (state `ready`)."""
-        return self._node_action(request, services.uncordon_node)
+        return self._node_action(request, services.preview_uncordon_node, services.uncordon_node)
 
 
 class AuditLogViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):  # type: ignore[type-arg]

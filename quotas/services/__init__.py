@@ -2,9 +2,10 @@
 
 Each public function checks who acts, takes the pool's locks in one order (the pool row,
 then its quota or node rows by id), validates the whole change against the rules of
-SCHEDULING.md §4, writes it with an audit record, and announces it after commit. With
-`dry_run=True` the very same code runs inside a transaction that is rolled back once the
-scheduler's preview has been read, so the preview sees the tree as it would be.
+SCHEDULING.md §4, writes it with an audit record, and announces it after commit. Beside each
+write `x` stands `preview_x`: the very same code inside a transaction that is rolled back once
+the scheduler's preview has been read, so the preview sees the tree as it would be (the pattern
+is described in `preview`).
 
 Callers import from `quotas.services`; the modules below it are split by subject, each
 importing only those above it in this list:
@@ -20,9 +21,16 @@ importing only those above it in this list:
 """
 
 from quotas.services.common import NODE_FIELDS, QUOTA_FIELDS, RESOURCES, Actor, _require_platform_admin
-from quotas.services.cordon import cordon_node, drain_node, uncordon_node
+from quotas.services.cordon import (
+    cordon_node,
+    drain_node,
+    preview_cordon_node,
+    preview_drain_node,
+    preview_uncordon_node,
+    uncordon_node,
+)
 from quotas.services.errors import error_messages
-from quotas.services.guarantees import scale_quota, transfer_quota
+from quotas.services.guarantees import preview_scale_quota, preview_transfer_quota, scale_quota, transfer_quota
 from quotas.services.inventory import NODE_ENTRY_KEYS, InventoryResult, expand_node_entries, load_inventory
 from quotas.services.nodes import (
     NewNode,
@@ -31,6 +39,10 @@ from quotas.services.nodes import (
     create_nodes,
     delete_node,
     node_snapshot,
+    preview_create_node,
+    preview_delete_node,
+    preview_set_node_state,
+    preview_update_node,
     set_node_state,
     update_node,
 )
@@ -43,6 +55,9 @@ from quotas.services.tree import (
     create_quota,
     create_quota_tree,
     delete_quota,
+    preview_create_quota,
+    preview_delete_quota,
+    preview_update_quota,
     update_quota,
 )
 
@@ -74,6 +89,18 @@ __all__ = [
     "expand_node_entries",
     "load_inventory",
     "node_snapshot",
+    "preview_cordon_node",
+    "preview_create_node",
+    "preview_create_quota",
+    "preview_delete_node",
+    "preview_delete_quota",
+    "preview_drain_node",
+    "preview_scale_quota",
+    "preview_set_node_state",
+    "preview_transfer_quota",
+    "preview_uncordon_node",
+    "preview_update_node",
+    "preview_update_quota",
     "quota_snapshot",
     "scale_quota",
     "set_node_state",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, overload
+from collections.abc import Callable
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -13,7 +13,7 @@ from quotas.services.common import Actor, _lock_pool, _on_commit_send, _require_
 from quotas.services.preview import DryRunResult, _dry_run
 
 
-def _change_schedulability(*, actor: Actor, node: Node, state: str, verb: str, dry_run: bool) -> Node | DryRunResult:
+def _schedulability_change(*, actor: Actor, node: Node, state: str, verb: str) -> Callable[[], Node]:
     """Cordon, drain or uncordon: the node's state alone, audited as `node.<verb>`.
 
     A node that is not ready is refused: it is down, so it takes nothing new and its jobs have
@@ -52,47 +52,53 @@ def _change_schedulability(*, actor: Actor, node: Node, state: str, verb: str, d
             _on_commit_send(signals.inventory_changed, Node, action=action, node_ids=[current.pk])
             return current
 
-    if dry_run:
-        return _dry_run(apply, pool_id=node.pool_id)
-    return apply()
+    return apply
 
 
-@overload
-def cordon_node(*, actor: Actor, node: Node, dry_run: Literal[False] = ...) -> Node: ...
-@overload
-def cordon_node(*, actor: Actor, node: Node, dry_run: Literal[True]) -> DryRunResult: ...
-@overload
-def cordon_node(*, actor: Actor, node: Node, dry_run: bool) -> Node | DryRunResult: ...
-def cordon_node(*, actor: Actor, node: Node, dry_run: bool = False) -> Node | DryRunResult:
+def preview_cordon_node(*, actor: Actor, node: Node) -> DryRunResult:
+    """`cordon_node` in a rolled-back transaction: whether it is allowed, and what the next cycle would do."""
+    return _dry_run(_cordon_change(actor=actor, node=node), pool_id=node.pool_id)
+
+
+def cordon_node(*, actor: Actor, node: Node) -> Node:
     """No new job is placed on the node; the jobs on it run on (maintenance ahead, a flaky GPU).
 
     Its idle GPUs leave the capacity fair share divides; what its jobs hold still counts
     (docs/scheduling.md, "Node states"). A draining node that is cordoned stops draining.
     """
-    return _change_schedulability(actor=actor, node=node, state=NodeState.CORDONED, verb="cordon", dry_run=dry_run)
+    return _cordon_change(actor=actor, node=node)()
 
 
-@overload
-def drain_node(*, actor: Actor, node: Node, dry_run: Literal[False] = ...) -> Node: ...
-@overload
-def drain_node(*, actor: Actor, node: Node, dry_run: Literal[True]) -> DryRunResult: ...
-@overload
-def drain_node(*, actor: Actor, node: Node, dry_run: bool) -> Node | DryRunResult: ...
-def drain_node(*, actor: Actor, node: Node, dry_run: bool = False) -> Node | DryRunResult:
+def _cordon_change(*, actor: Actor, node: Node) -> Callable[[], Node]:
+    return _schedulability_change(actor=actor, node=node, state=NodeState.CORDONED, verb="cordon")
+
+
+def preview_drain_node(*, actor: Actor, node: Node) -> DryRunResult:
+    """`drain_node` in a rolled-back transaction; the preview lists the jobs the next cycle evicts (rule `drain`)."""
+    return _dry_run(_drain_change(actor=actor, node=node), pool_id=node.pool_id)
+
+
+def drain_node(*, actor: Actor, node: Node) -> Node:
     """Cordon the node and evict every job on it, each after its grace period, to run elsewhere.
 
-    The dry run's preview lists the jobs the next cycle evicts (rule `drain`). The node stays
-    draining, and empty, until it is uncordoned.
+    The node stays draining, and empty, until it is uncordoned.
     """
-    return _change_schedulability(actor=actor, node=node, state=NodeState.DRAINING, verb="drain", dry_run=dry_run)
+    return _drain_change(actor=actor, node=node)()
 
 
-@overload
-def uncordon_node(*, actor: Actor, node: Node, dry_run: Literal[False] = ...) -> Node: ...
-@overload
-def uncordon_node(*, actor: Actor, node: Node, dry_run: Literal[True]) -> DryRunResult: ...
-@overload
-def uncordon_node(*, actor: Actor, node: Node, dry_run: bool) -> Node | DryRunResult: ...
-def uncordon_node(*, actor: Actor, node: Node, dry_run: bool = False) -> Node | DryRunResult:
+def _drain_change(*, actor: Actor, node: Node) -> Callable[[], Node]:
+    return _schedulability_change(actor=actor, node=node, state=NodeState.DRAINING, verb="drain")
+
+
+def preview_uncordon_node(*, actor: Actor, node: Node) -> DryRunResult:
+    """`uncordon_node` in a rolled-back transaction: whether it is allowed, and what the next cycle would do."""
+    return _dry_run(_uncordon_change(actor=actor, node=node), pool_id=node.pool_id)
+
+
+def uncordon_node(*, actor: Actor, node: Node) -> Node:
     """A cordoned or draining node takes new placements again (ready)."""
-    return _change_schedulability(actor=actor, node=node, state=NodeState.READY, verb="uncordon", dry_run=dry_run)
+    return _uncordon_change(actor=actor, node=node)()
+
+
+def _uncordon_change(*, actor: Actor, node: Node) -> Callable[[], Node]:
+    return _schedulability_change(actor=actor, node=node, state=NodeState.READY, verb="uncordon")

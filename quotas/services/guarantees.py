@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, overload
+from collections.abc import Callable
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -15,36 +15,19 @@ from quotas.services.preview import DryRunResult, _dry_run
 from quotas.services.rules import _save, _Tree
 
 
-@overload
-def scale_quota(
+def preview_scale_quota(
     *,
     actor: Actor,
     quota: Quota,
-    gpus: float | None = ...,
-    cpu: float | None = ...,
-    memory_gib: float | None = ...,
-    dry_run: Literal[False] = ...,
-) -> Quota: ...
-@overload
-def scale_quota(
-    *,
-    actor: Actor,
-    quota: Quota,
-    gpus: float | None = ...,
-    cpu: float | None = ...,
-    memory_gib: float | None = ...,
-    dry_run: Literal[True],
-) -> DryRunResult: ...
-@overload
-def scale_quota(
-    *,
-    actor: Actor,
-    quota: Quota,
-    gpus: float | None = ...,
-    cpu: float | None = ...,
-    memory_gib: float | None = ...,
-    dry_run: bool,
-) -> Quota | DryRunResult: ...
+    gpus: float | None = None,
+    cpu: float | None = None,
+    memory_gib: float | None = None,
+) -> DryRunResult:
+    """`scale_quota` in a rolled-back transaction: whether it is valid, and what it would move."""
+    change = _scale_quota_change(actor=actor, quota=quota, gpus=gpus, cpu=cpu, memory_gib=memory_gib)
+    return _dry_run(change, pool_id=quota.pool_id)
+
+
 def scale_quota(
     *,
     actor: Actor,
@@ -52,13 +35,18 @@ def scale_quota(
     gpus: float | None = None,
     cpu: float | None = None,
     memory_gib: float | None = None,
-    dry_run: bool = False,
-) -> Quota | DryRunResult:
+) -> Quota:
     """Set new guarantees (absolute amounts; None leaves a resource as it is).
 
     Up needs room in the parent (the pool, for a root); down is allowed unless the quota's own
     children already hold more than the new amount.
     """
+    return _scale_quota_change(actor=actor, quota=quota, gpus=gpus, cpu=cpu, memory_gib=memory_gib)()
+
+
+def _scale_quota_change(
+    *, actor: Actor, quota: Quota, gpus: float | None, cpu: float | None, memory_gib: float | None
+) -> Callable[[], Quota]:
     _require_platform_admin(actor, "scale quotas")
     amounts = {field: amount for field, amount in (("gpus", gpus), ("cpu", cpu), ("memory_gib", memory_gib))}
     amounts = {field: amount for field, amount in amounts.items() if amount is not None}
@@ -86,44 +74,25 @@ def scale_quota(
             _on_commit_send(signals.quota_tree_changed, Quota, action="quota.scale", quota_ids=[current.pk])
             return current
 
-    if dry_run:
-        return _dry_run(apply, pool_id=quota.pool_id)
-    return apply()
+    return apply
 
 
-@overload
-def transfer_quota(
+def preview_transfer_quota(
     *,
     actor: Actor,
     source: Quota,
     target: Quota,
-    gpus: float = ...,
-    cpu: float = ...,
-    memory_gib: float = ...,
-    dry_run: Literal[False] = ...,
-) -> tuple[Quota, Quota]: ...
-@overload
-def transfer_quota(
-    *,
-    actor: Actor,
-    source: Quota,
-    target: Quota,
-    gpus: float = ...,
-    cpu: float = ...,
-    memory_gib: float = ...,
-    dry_run: Literal[True],
-) -> DryRunResult: ...
-@overload
-def transfer_quota(
-    *,
-    actor: Actor,
-    source: Quota,
-    target: Quota,
-    gpus: float = ...,
-    cpu: float = ...,
-    memory_gib: float = ...,
-    dry_run: bool,
-) -> tuple[Quota, Quota] | DryRunResult: ...
+    gpus: float = 0,
+    cpu: float = 0,
+    memory_gib: float = 0,
+) -> DryRunResult:
+    """`transfer_quota` in a rolled-back transaction: whether it is valid, and what it would move."""
+    change = _transfer_quota_change(
+        actor=actor, source=source, target=target, gpus=gpus, cpu=cpu, memory_gib=memory_gib
+    )
+    return _dry_run(change, pool_id=source.pool_id)
+
+
 def transfer_quota(
     *,
     actor: Actor,
@@ -132,12 +101,19 @@ def transfer_quota(
     gpus: float = 0,
     cpu: float = 0,
     memory_gib: float = 0,
-    dry_run: bool = False,
-) -> tuple[Quota, Quota] | DryRunResult:
+) -> tuple[Quota, Quota]:
     """Move guarantee from `source` to its sibling `target` in one step (PAI: 80→72 and 48→56 at once).
 
     Returns (source, target) as they are after the move.
     """
+    return _transfer_quota_change(
+        actor=actor, source=source, target=target, gpus=gpus, cpu=cpu, memory_gib=memory_gib
+    )()
+
+
+def _transfer_quota_change(
+    *, actor: Actor, source: Quota, target: Quota, gpus: float, cpu: float, memory_gib: float
+) -> Callable[[], tuple[Quota, Quota]]:
     _require_platform_admin(actor, "transfer quota")
     amounts = {"gpus": gpus, "cpu": cpu, "memory_gib": memory_gib}
 
@@ -208,6 +184,4 @@ def transfer_quota(
             _on_commit_send(signals.quota_tree_changed, Quota, action="quota.transfer", quota_ids=[giver.pk, taker.pk])
             return giver, taker
 
-    if dry_run:
-        return _dry_run(apply, pool_id=source.pool_id)
-    return apply()
+    return apply

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict, Unpack, overload
+from typing import Any, TypedDict, Unpack
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -134,51 +134,24 @@ def _save_node(node: Node) -> None:
         raise ValidationError({"name": f"A node named {node.name!r} already exists; node names are unique."}) from None
 
 
-@overload
-def create_node(
+def preview_create_node(
     *,
     actor: Actor,
     name: str,
     gpus: int,
-    cpu: float = ...,
-    memory_gib: float = ...,
-    gpu_model: str = ...,
-    labels: dict[str, Any] | None = ...,
-    state: str = ...,
-    pool: ResourcePool | None = ...,
-    executor: str = ...,
-    dry_run: Literal[False] = ...,
-) -> Node: ...
-@overload
-def create_node(
-    *,
-    actor: Actor,
-    name: str,
-    gpus: int,
-    cpu: float = ...,
-    memory_gib: float = ...,
-    gpu_model: str = ...,
-    labels: dict[str, Any] | None = ...,
-    state: str = ...,
-    pool: ResourcePool | None = ...,
-    executor: str = ...,
-    dry_run: Literal[True],
-) -> DryRunResult: ...
-@overload
-def create_node(
-    *,
-    actor: Actor,
-    name: str,
-    gpus: int,
-    cpu: float = ...,
-    memory_gib: float = ...,
-    gpu_model: str = ...,
-    labels: dict[str, Any] | None = ...,
-    state: str = ...,
-    pool: ResourcePool | None = ...,
-    executor: str = ...,
-    dry_run: bool,
-) -> Node | DryRunResult: ...
+    cpu: float = 0,
+    memory_gib: float = 0,
+    gpu_model: str = "",
+    labels: dict[str, Any] | None = None,
+    state: str = NodeState.READY,
+    pool: ResourcePool | None = None,
+    executor: str = NodeExecutor.SIMULATED,
+) -> DryRunResult:
+    """`create_node` in a rolled-back transaction: whether it is valid, and what the next cycle would do."""
+    spec = NewNode(name, gpus, cpu, memory_gib, gpu_model, labels, state, executor)
+    return _dry_run(_create_node_change(actor=actor, spec=spec, pool=pool), pool_id=None)
+
+
 def create_node(
     *,
     actor: Actor,
@@ -190,29 +163,21 @@ def create_node(
     labels: dict[str, Any] | None = None,
     state: str = NodeState.READY,
     pool: ResourcePool | None = None,
-    dry_run: bool = False,
     executor: str = NodeExecutor.SIMULATED,
-) -> Node | DryRunResult:
+) -> Node:
     """A node of `pool` (the default pool when None) with its GPU devices 0..gpus-1."""
+    spec = NewNode(name, gpus, cpu, memory_gib, gpu_model, labels, state, executor)
+    return _create_node_change(actor=actor, spec=spec, pool=pool)()
+
+
+def _create_node_change(*, actor: Actor, spec: NewNode, pool: ResourcePool | None) -> Callable[[], Node]:
     _require_platform_admin(actor, "change the inventory")
-    spec = NewNode(
-        name=name,
-        gpus=gpus,
-        cpu=cpu,
-        memory_gib=memory_gib,
-        gpu_model=gpu_model,
-        labels=labels,
-        state=state,
-        executor=executor,
-    )
 
     def apply() -> Node:
         (node,) = _create_nodes(actor=actor, pool=pool, nodes=[spec], name_nodes=False)
         return node
 
-    if dry_run:
-        return _dry_run(apply, pool_id=None)
-    return apply()
+    return apply
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,18 +275,17 @@ def _create_nodes(*, actor: Actor, pool: ResourcePool | None, nodes: Sequence[Ne
         return new
 
 
-@overload
-def update_node(*, actor: Actor, node: Node, dry_run: Literal[False] = ..., **changes: Unpack[NodeChanges]) -> Node: ...
-@overload
-def update_node(
-    *, actor: Actor, node: Node, dry_run: Literal[True], **changes: Unpack[NodeChanges]
-) -> DryRunResult: ...
-@overload
-def update_node(*, actor: Actor, node: Node, dry_run: bool, **changes: Unpack[NodeChanges]) -> Node | DryRunResult: ...
-def update_node(
-    *, actor: Actor, node: Node, dry_run: bool = False, **changes: Unpack[NodeChanges]
-) -> Node | DryRunResult:
+def preview_update_node(*, actor: Actor, node: Node, **changes: Unpack[NodeChanges]) -> DryRunResult:
+    """`update_node` in a rolled-back transaction: whether it is valid, and what the next cycle would do."""
+    return _dry_run(_update_node_change(actor=actor, node=node, changes=changes), pool_id=node.pool_id)
+
+
+def update_node(*, actor: Actor, node: Node, **changes: Unpack[NodeChanges]) -> Node:
     """Change a node; fewer GPUs (or CPU, memory) is refused while the roots' guarantees need them."""
+    return _update_node_change(actor=actor, node=node, changes=changes)()
+
+
+def _update_node_change(*, actor: Actor, node: Node, changes: NodeChanges) -> Callable[[], Node]:
     _require_platform_admin(actor, "change the inventory")
     unknown = set(changes) - set(NODE_FIELDS)
 
@@ -370,33 +334,33 @@ def update_node(
                 _on_commit_send(signals.inventory_changed, Node, action=action, node_ids=[current.pk])
             return current
 
-    if dry_run:
-        return _dry_run(apply, pool_id=node.pool_id)
-    return apply()
+    return apply
 
 
-@overload
-def set_node_state(*, actor: Actor, node: Node, state: str, dry_run: Literal[False] = ...) -> Node: ...
-@overload
-def set_node_state(*, actor: Actor, node: Node, state: str, dry_run: Literal[True]) -> DryRunResult: ...
-@overload
-def set_node_state(*, actor: Actor, node: Node, state: str, dry_run: bool) -> Node | DryRunResult: ...
-def set_node_state(*, actor: Actor, node: Node, state: str, dry_run: bool = False) -> Node | DryRunResult:
+def preview_set_node_state(*, actor: Actor, node: Node, state: str) -> DryRunResult:
+    """`set_node_state` in a rolled-back transaction: whether it is allowed, and what the next cycle would do."""
+    return preview_update_node(actor=actor, node=node, state=state)
+
+
+def set_node_state(*, actor: Actor, node: Node, state: str) -> Node:
     """Mark a node `down` (its GPUs leave the cluster the scheduler places on) or `ready` again.
 
     Guarantees stay as they are: they count every node of the pool, ready or not.
     """
-    return update_node(actor=actor, node=node, state=state, dry_run=dry_run)
+    return update_node(actor=actor, node=node, state=state)
 
 
-@overload
-def delete_node(*, actor: Actor, node: Node, dry_run: Literal[False] = ...) -> None: ...
-@overload
-def delete_node(*, actor: Actor, node: Node, dry_run: Literal[True]) -> DryRunResult: ...
-@overload
-def delete_node(*, actor: Actor, node: Node, dry_run: bool) -> DryRunResult | None: ...
-def delete_node(*, actor: Actor, node: Node, dry_run: bool = False) -> DryRunResult | None:
+def preview_delete_node(*, actor: Actor, node: Node) -> DryRunResult:
+    """`delete_node` in a rolled-back transaction: whether it is allowed, and what the next cycle would do."""
+    return _dry_run(_delete_node_change(actor=actor, node=node), pool_id=node.pool_id)
+
+
+def delete_node(*, actor: Actor, node: Node) -> None:
     """Refused while the roots' guarantees need its capacity, or while something placed on it holds it."""
+    _delete_node_change(actor=actor, node=node)()
+
+
+def _delete_node_change(*, actor: Actor, node: Node) -> Callable[[], None]:
     _require_platform_admin(actor, "change the inventory")
 
     def apply() -> None:
@@ -412,7 +376,4 @@ def delete_node(*, actor: Actor, node: Node, dry_run: bool = False) -> DryRunRes
             node_id = _delete_audited(actor=actor, row=current, field="node", before=node_snapshot(current))
             _on_commit_send(signals.inventory_changed, Node, action="node.delete", node_ids=[node_id])
 
-    if dry_run:
-        return _dry_run(apply, pool_id=node.pool_id)
-    apply()
-    return None
+    return apply

@@ -1,5 +1,23 @@
 """Dry runs: the operation runs inside a transaction that is rolled back once the scheduler's
-preview has been read, so the preview sees the tree as it would be."""
+preview has been read, so the preview sees the tree as it would be.
+
+One pattern for every write that can be previewed (follow it for the next one):
+
+    def _scale_quota_change(*, actor, quota, ...) -> Callable[[], Quota]:
+        _require_platform_admin(actor, "scale quotas")    # refused at once, in both cases
+        def apply() -> Quota: ...                          # locks, validates, writes, audits
+        return apply
+
+    def preview_scale_quota(*, actor, quota, ...) -> DryRunResult:
+        return _dry_run(_scale_quota_change(actor=actor, quota=quota, ...), pool_id=quota.pool_id)
+
+    def scale_quota(*, actor, quota, ...) -> Quota:
+        return _scale_quota_change(actor=actor, quota=quota, ...)()
+
+The preview and the write run the very same `apply`, so they cannot disagree. A refusal inside
+`apply` (ValidationError) is the preview's `{valid: false, errors}`, and is raised by the write;
+PermissionDenied is raised by both. Callers choose the function; no service takes a `dry_run` flag.
+"""
 
 from __future__ import annotations
 

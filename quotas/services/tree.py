@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypedDict, Unpack, overload
+from typing import TypedDict, Unpack
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -44,46 +44,35 @@ class QuotaChanges(QuotaSettings, total=False):
     parent: Quota | str | None
 
 
-@overload
-def create_quota(
+def preview_create_quota(
     *,
     actor: Actor,
     name: str,
-    parent: Quota | str | None = ...,
-    pool: ResourcePool | None = ...,
-    dry_run: Literal[False] = ...,
+    parent: Quota | str | None = None,
+    pool: ResourcePool | None = None,
     **settings: Unpack[QuotaSettings],
-) -> Quota: ...
-@overload
-def create_quota(
-    *,
-    actor: Actor,
-    name: str,
-    parent: Quota | str | None = ...,
-    pool: ResourcePool | None = ...,
-    dry_run: Literal[True],
-    **settings: Unpack[QuotaSettings],
-) -> DryRunResult: ...
-@overload
-def create_quota(
-    *,
-    actor: Actor,
-    name: str,
-    parent: Quota | str | None = ...,
-    pool: ResourcePool | None = ...,
-    dry_run: bool,
-    **settings: Unpack[QuotaSettings],
-) -> Quota | DryRunResult: ...
+) -> DryRunResult:
+    """`create_quota` in a rolled-back transaction: whether it is valid, and what it would move."""
+    return _dry_run(
+        _create_quota_change(actor=actor, name=name, parent=parent, pool=pool, settings=settings), pool_id=None
+    )
+
+
 def create_quota(
     *,
     actor: Actor,
     name: str,
     parent: Quota | str | None = None,
     pool: ResourcePool | None = None,
-    dry_run: bool = False,
     **settings: Unpack[QuotaSettings],
-) -> Quota | DryRunResult:
+) -> Quota:
     """A root (no parent: in `pool`, the default pool when None) or a child of `parent` (a quota or its name)."""
+    return _create_quota_change(actor=actor, name=name, parent=parent, pool=pool, settings=settings)()
+
+
+def _create_quota_change(
+    *, actor: Actor, name: str, parent: Quota | str | None, pool: ResourcePool | None, settings: QuotaSettings
+) -> Callable[[], Quota]:
     _require_platform_admin(actor, "create quotas")
 
     def apply() -> Quota:
@@ -113,9 +102,7 @@ def create_quota(
             _on_commit_send(signals.quota_tree_changed, Quota, action="quota.create", quota_ids=[quota.pk])
             return quota
 
-    if dry_run:
-        return _dry_run(apply, pool_id=None)
-    return apply()
+    return apply
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,26 +243,21 @@ def create_quota_tree(*, actor: Actor, quotas: Sequence[NewQuota], pool: Resourc
         return new
 
 
-@overload
-def update_quota(
-    *, actor: Actor, quota: Quota, dry_run: Literal[False] = ..., **changes: Unpack[QuotaChanges]
-) -> Quota: ...
-@overload
-def update_quota(
-    *, actor: Actor, quota: Quota, dry_run: Literal[True], **changes: Unpack[QuotaChanges]
-) -> DryRunResult: ...
-@overload
-def update_quota(
-    *, actor: Actor, quota: Quota, dry_run: bool, **changes: Unpack[QuotaChanges]
-) -> Quota | DryRunResult: ...
-def update_quota(
-    *, actor: Actor, quota: Quota, dry_run: bool = False, **changes: Unpack[QuotaChanges]
-) -> Quota | DryRunResult:
+def preview_update_quota(*, actor: Actor, quota: Quota, **changes: Unpack[QuotaChanges]) -> DryRunResult:
+    """`update_quota` in a rolled-back transaction: whether it is valid, and what it would move."""
+    return _dry_run(_update_quota_change(actor=actor, quota=quota, changes=changes), pool_id=quota.pool_id)
+
+
+def update_quota(*, actor: Actor, quota: Quota, **changes: Unpack[QuotaChanges]) -> Quota:
     """Change any field: rename, move under another parent, scale, switches, policy, weight, rank, limit.
 
     Fields not named keep their value; naming one with None unsets it (no limit, weight that
     follows gpus, min runtime inherited).
     """
+    return _update_quota_change(actor=actor, quota=quota, changes=changes)()
+
+
+def _update_quota_change(*, actor: Actor, quota: Quota, changes: QuotaChanges) -> Callable[[], Quota]:
     _require_platform_admin(actor, "change quotas")
     unknown = set(changes) - set(QUOTA_FIELDS)
 
@@ -324,9 +306,7 @@ def update_quota(
                 )
             return current
 
-    if dry_run:
-        return _dry_run(apply, pool_id=quota.pool_id)
-    return apply()
+    return apply
 
 
 def _quota_holders(quota: Quota) -> list[str]:
@@ -343,14 +323,17 @@ def _quota_holders(quota: Quota) -> list[str]:
     return reasons
 
 
-@overload
-def delete_quota(*, actor: Actor, quota: Quota, dry_run: Literal[False] = ...) -> None: ...
-@overload
-def delete_quota(*, actor: Actor, quota: Quota, dry_run: Literal[True]) -> DryRunResult: ...
-@overload
-def delete_quota(*, actor: Actor, quota: Quota, dry_run: bool) -> DryRunResult | None: ...
-def delete_quota(*, actor: Actor, quota: Quota, dry_run: bool = False) -> DryRunResult | None:
+def preview_delete_quota(*, actor: Actor, quota: Quota) -> DryRunResult:
+    """`delete_quota` in a rolled-back transaction: whether it is allowed, and what it would move."""
+    return _dry_run(_delete_quota_change(actor=actor, quota=quota), pool_id=quota.pool_id)
+
+
+def delete_quota(*, actor: Actor, quota: Quota) -> None:
     """Refused while the quota has children, bound workspaces or live jobs."""
+    _delete_quota_change(actor=actor, quota=quota)()
+
+
+def _delete_quota_change(*, actor: Actor, quota: Quota) -> Callable[[], None]:
     _require_platform_admin(actor, "delete quotas")
 
     def apply() -> None:
@@ -363,7 +346,4 @@ def delete_quota(*, actor: Actor, quota: Quota, dry_run: bool = False) -> DryRun
             quota_id = _delete_audited(actor=actor, row=current, field="quota", before=quota_snapshot(current, tree))
             _on_commit_send(signals.quota_tree_changed, Quota, action="quota.delete", quota_ids=[quota_id])
 
-    if dry_run:
-        return _dry_run(apply, pool_id=quota.pool_id)
-    apply()
-    return None
+    return apply

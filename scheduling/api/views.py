@@ -122,10 +122,10 @@ class JobViewSet(
         job = self.get_object()
         options = JobDryRunSerializer(data=request.data)
         options.is_valid(raise_exception=True)
-        outcome = services.cancel_job(actor=request.user, job=job, dry_run=options.validated_data["dry_run"])
-        if isinstance(outcome, services.DryRun):
-            return Response(outcome.as_dict())
-        return Response(JobSerializer(selectors.job_list().get(pk=outcome.pk)).data)
+        if options.validated_data["dry_run"]:
+            return Response(services.preview_cancel_job(actor=request.user, job=job).as_dict())
+        cancelled = services.cancel_job(actor=request.user, job=job)
+        return Response(JobSerializer(selectors.job_list().get(pk=cancelled.pk)).data)
 
     @extend_schema(responses={200: JobEventSerializer(many=True)})
     # A job's whole history, unpaginated; the list's filters (state, kind…) are not the events'.

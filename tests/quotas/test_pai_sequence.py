@@ -67,8 +67,8 @@ def test_a_dry_run_previews_the_new_tree_and_changes_nothing(
     previous = hooks.register_preview_provider(preview)
     try:
         with django_capture_on_commit_callbacks(execute=True) as callbacks:
-            result = services.transfer_quota(
-                actor=None, source=pai_tree["Quota1.2"], target=pai_tree["Quota1.1"], gpus=8, dry_run=True
+            result = services.preview_transfer_quota(
+                actor=None, source=pai_tree["Quota1.2"], target=pai_tree["Quota1.1"], gpus=8
             )
     finally:
         hooks.register_preview_provider(previous)

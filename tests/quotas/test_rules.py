@@ -22,25 +22,33 @@ Operation = Callable[[Tree, bool], Any]
 
 
 def create(**fields: Any) -> Operation:
-    return lambda tree, dry_run: services.create_quota(actor=None, dry_run=dry_run, **fields)
+    return lambda tree, dry_run: (services.preview_create_quota if dry_run else services.create_quota)(
+        actor=None, **fields
+    )
 
 
 def update(quota: str, /, **changes: Any) -> Operation:
-    return lambda tree, dry_run: services.update_quota(actor=None, quota=tree[quota], dry_run=dry_run, **changes)
+    return lambda tree, dry_run: (services.preview_update_quota if dry_run else services.update_quota)(
+        actor=None, quota=tree[quota], **changes
+    )
 
 
 def scale(name: str, **amounts: Any) -> Operation:
-    return lambda tree, dry_run: services.scale_quota(actor=None, quota=tree[name], dry_run=dry_run, **amounts)
+    return lambda tree, dry_run: (services.preview_scale_quota if dry_run else services.scale_quota)(
+        actor=None, quota=tree[name], **amounts
+    )
 
 
 def transfer(source: str, target: str, **amounts: Any) -> Operation:
-    return lambda tree, dry_run: services.transfer_quota(
-        actor=None, source=tree[source], target=tree[target], dry_run=dry_run, **amounts
+    return lambda tree, dry_run: (services.preview_transfer_quota if dry_run else services.transfer_quota)(
+        actor=None, source=tree[source], target=tree[target], **amounts
     )
 
 
 def delete(name: str) -> Operation:
-    return lambda tree, dry_run: services.delete_quota(actor=None, quota=tree[name], dry_run=dry_run)
+    return lambda tree, dry_run: (services.preview_delete_quota if dry_run else services.delete_quota)(
+        actor=None, quota=tree[name]
+    )
 
 
 def given(*steps: Operation) -> Callable[[Tree], None]:

@@ -63,7 +63,7 @@ def test_drain_dry_run_previews_the_eviction_and_changes_nothing(
     services.converge()
     node = three_nodes.nodes[_node_of(three_nodes, "train")]
 
-    outcome = quota_services.drain_node(actor=platform_admin, node=node, dry_run=True)
+    outcome = quota_services.preview_drain_node(actor=platform_admin, node=node)
 
     assert outcome["valid"] and outcome["preview"] is not None
     (evicted,) = outcome["preview"]["evict"]
@@ -118,7 +118,7 @@ def test_a_node_that_is_down_is_not_cordoned(three_nodes: Cluster, platform_admi
     quota_services.set_node_state(actor=platform_admin, node=node, state=NodeState.NOT_READY)
     with pytest.raises(ValidationError, match="gpu-1 is not ready"):
         quota_services.cordon_node(actor=platform_admin, node=node)
-    refused = quota_services.uncordon_node(actor=platform_admin, node=node, dry_run=True)
+    refused = quota_services.preview_uncordon_node(actor=platform_admin, node=node)
     assert not refused["valid"] and "state" in refused["errors"]
 
 
