@@ -52,6 +52,11 @@ urlpatterns = [
         "workspaces/<int:pk>/quotas/<int:quota_pk>/unbind/", workspace_views.quota_unbind, name="workspace-quota-unbind"
     ),
     path(
+        "workspaces/<int:pk>/members/<int:member_pk>/role/preview/",
+        workspace_views.member_role_preview,
+        name="workspace-member-role-preview",
+    ),
+    path(
         "workspaces/<int:pk>/members/<int:member_pk>/remove/",
         workspace_views.member_remove,
         name="workspace-member-remove",
