@@ -10,6 +10,7 @@ from django import forms
 
 from console.quota_forms import _amount_field, _AmountsForm
 from quotas import bounds
+from quotas.models import Node, NodeAgent
 
 
 def labels_text(labels: dict[str, Any]) -> str:
@@ -69,3 +70,30 @@ class NodeForm(_AmountsForm):
 
 class StateChangeForm(forms.Form):
     """Nothing to fill in: Preview shows what the next cycle would do, Confirm does it."""
+
+
+def token_state(agent: NodeAgent | None) -> str:
+    """Which token a node has now, as the token form carries it from its Preview to its Confirm."""
+    return agent.token_issued_at.isoformat() if agent else "none"
+
+
+class NodeTokenForm(forms.Form):
+    """Create or rotate a node's token. Its one (hidden) field is the token the form was opened
+    for: a Confirm sent again (a reload) or after another admin rotated it is refused in words,
+    rather than rotating once more the token that was just shown."""
+
+    issued = forms.CharField(widget=forms.HiddenInput, required=False, max_length=64)
+
+    def __init__(self, data: Any = None, *, node: Node, current: str) -> None:
+        super().__init__(data, initial={"issued": current})
+        self.node = node
+        self.current = current
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if cleaned.get("issued", "") != self.current:
+            raise forms.ValidationError(
+                f"The token of {self.node.name} changed since this form was opened, and the token shown then "
+                "is not shown again. Close this and open the token action again to issue another."
+            )
+        return cleaned

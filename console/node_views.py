@@ -1,6 +1,6 @@
-"""The Nodes page (platform admins): each node's state and GPU grid, and its actions (Add, Edit,
-Cordon, Drain, Uncordon) through the page kit's Preview and Confirm; and the Quota page's Nodes
-tab, the GPUs that a quota's subtree holds.
+"""The Nodes page (platform admins): each node's state, executor, agent and GPU grid, and its
+actions (Add, Edit, Cordon, Drain, Uncordon, Create or Rotate token) through the page kit's
+Preview and Confirm; and the Quota page's Nodes tab, the GPUs that a quota's subtree holds.
 
 In the console because they compose apps: the inventory comes from quotas, who holds each GPU
 from scheduling (docs/console.md).
@@ -8,9 +8,11 @@ from scheduling (docs/console.md).
 
 from __future__ import annotations
 
+import shlex
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import wraps
 from typing import Any
 
@@ -18,11 +20,13 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
+from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
 
 from console import node_forms
 from console.pagekit import PreviewAction, PreviewSummary, ShareMove, run_preview_action
-from quotas import bounds, selectors, services
-from quotas.models import Node, NodeState, Quota
+from quotas import bounds, node_agents, selectors, services
+from quotas.models import Node, NodeAgent, NodeState, Quota
 from quotas.services import DryRunResult
 from scheduling import selectors as scheduling_selectors
 from scheduling.clock import get_clock
@@ -103,10 +107,33 @@ class GpuCell:
         return any(holder["fraction"] < 1 for holder in self.holders)
 
 
+def seconds_ago(then: datetime, now: datetime) -> str:
+    """'12 s ago', '4 min ago', '3 h ago', '2 days ago': how long since an agent last beat."""
+    seconds = max(0, int((now - then).total_seconds()))
+    if seconds < 120:
+        return f"{seconds} s ago"
+    if seconds < 2 * 3600:
+        return f"{seconds // 60} min ago"
+    if seconds < 2 * 86400:
+        return f"{seconds // 3600} h ago"
+    return f"{seconds // 86400} days ago"
+
+
+def _agent_of(node: Node) -> NodeAgent | None:
+    try:
+        return node.agent
+    except NodeAgent.DoesNotExist:
+        return None
+
+
 @dataclass
 class NodeRow:
     node: Node
     cells: list[GpuCell]
+    # The node's agent row (its token's hash and registration), none before a token was issued.
+    agent: NodeAgent | None = None
+    # "12 s ago" since the agent's last beat; empty when none came yet.
+    heartbeat: str = ""
 
     @property
     def jobs(self) -> list[str]:
@@ -117,8 +144,15 @@ class NodeRow:
         return sum(cell.used for cell in self.cells)
 
 
-def node_rows(nodes: list[Node], holders: list[GpuHolder], readings: list[GpuLatest] | None = None) -> list[NodeRow]:
-    """Each node with one cell per GPU, naming who holds it and how busy it is; nothing here queries."""
+def node_rows(
+    nodes: list[Node],
+    holders: list[GpuHolder],
+    readings: list[GpuLatest] | None = None,
+    now: datetime | None = None,
+) -> list[NodeRow]:
+    """Each node with one cell per GPU, naming who holds it and how busy it is; nothing here queries
+    (the nodes come with their agent row)."""
+    now = now or timezone.now()
     by_device: dict[tuple[int, int], list[GpuHolder]] = defaultdict(list)
     for holder in holders:
         by_device[(holder["node_id"], holder["device"])].append(holder)
@@ -130,6 +164,8 @@ def node_rows(nodes: list[Node], holders: list[GpuHolder], readings: list[GpuLat
                 GpuCell(index, by_device.get((node.pk, index), []), latest.get((node.pk, index)))
                 for index in range(node.gpus)
             ],
+            agent=_agent_of(node),
+            heartbeat=seconds_ago(node.last_heartbeat, now) if node.last_heartbeat else "",
         )
         for node in nodes
     ]
@@ -139,7 +175,8 @@ def node_rows(nodes: list[Node], holders: list[GpuHolder], readings: list[GpuLat
 def nodes_page(request: HttpRequest) -> HttpResponse:
     """Three queries whatever the number of nodes: the inventory, who holds which GPU, and each
     GPU's latest utilisation."""
-    nodes = list(selectors.node_list(user=request.user))
+    # The agent row rides along in the inventory's query: whether a token exists costs nothing.
+    nodes = list(selectors.node_list(user=request.user).select_related("agent"))
     readings = telemetry_selectors.latest_gpu_readings(now=get_clock().now(), node_ids=[node.pk for node in nodes])
     rows = node_rows(nodes, scheduling_selectors.gpu_holders(), readings)
     states = {state: sum(1 for node in nodes if node.state == state) for state in NodeState.values}
@@ -343,3 +380,75 @@ def node_edit(request: HttpRequest, node: Node) -> HttpResponse:
         confirm_label="Confirm: save",
     )
     return run_preview_action(request, action)
+
+
+# ---------------------------------------------------------------------------------------------
+# Node tokens
+# ---------------------------------------------------------------------------------------------
+
+# Where the page suggests keeping the token on the host (docs/agent.md says the same).
+TOKEN_FILE = "/etc/gqc/node.token"
+
+
+def _token_words(agent: NodeAgent | None) -> str:
+    if agent is None:
+        return "none yet"
+    return f"{agent.token_prefix}…, issued {timezone.localtime(agent.token_issued_at):%Y-%m-%d %H:%M %Z}"
+
+
+def agent_command(request: HttpRequest, node: Node) -> str:
+    """The command line that starts the node's agent against this console."""
+    server = request.build_absolute_uri("/").rstrip("/")
+    return f"python manage.py agent --server {server} --node {shlex.quote(node.name)} --token-file {TOKEN_FILE}"
+
+
+@_node_action
+def node_token(request: HttpRequest, node: Node) -> HttpResponse:
+    """Create or rotate the node's agent token through Preview and Confirm. Confirm answers the
+    token itself, this once, with no-store: the console keeps only its hash, and a reload (a
+    re-sent Confirm) is refused by the form, because the token it previewed is gone."""
+    agent = _agent_of(node)
+    verb = "Rotate" if agent else "Create"
+    issued: list[str] = []
+
+    def perform(cleaned: Mapping[str, Any], dry_run: bool) -> Any:
+        if dry_run:
+            # Nothing to simulate: a token moves no GPU, no share and no job.
+            return DryRunResult(valid=True, errors={}, preview=None)
+        token = node_agents.issue_node_token(actor=request.user, node=node)
+        issued.append(token)
+        return token
+
+    if agent:
+        intro = (
+            f"A new token for {node.name}'s agent. The current one ({_token_words(agent)}) stops working at once: "
+            "the agent is refused until it is restarted with the new token."
+        )
+    else:
+        intro = f"A token for {node.name}'s agent, which it sends with every report."
+    if node.executor != "agent":
+        intro += (
+            f" {node.name} runs on the simulated executor: the agent takes over once its executor is agent "
+            f"(PATCH /api/v1/nodes/{node.pk}/)."
+        )
+    intro += " The token is shown once, after Confirm; the console keeps only its hash."
+    action = PreviewAction(
+        title=f"{verb} token of {node.name}",
+        intro=intro,
+        url=reverse("node-token", args=[node.pk]),
+        done_url=reverse("nodes-page"),
+        form=node_forms.NodeTokenForm(request.POST or None, node=node, current=node_forms.token_state(agent)),
+        perform=perform,
+        summarise=lambda result: PreviewSummary(moves=[], reclaimable=[], evictions=[], admissions=[]),
+        done_message=lambda cleaned: f"{node.name} has a new agent token; the previous one no longer works.",
+        confirm_label=f"Confirm: {verb.lower()} token",
+        moves_shares=False,
+    )
+    answer = run_preview_action(request, action)
+    if not issued:
+        return answer
+    context = {"node": node, "token": issued[0], "command": agent_command(request, node), "token_file": TOKEN_FILE}
+    partial = getattr(request, "htmx", False)
+    shown = render(request, "console/nodes/token_issued.html" if partial else "console/nodes/token_page.html", context)
+    add_never_cache_headers(shown)
+    return shown

@@ -47,9 +47,15 @@ urlpatterns = [
     path("nodes/<int:node_id>/cordon/", node_views.node_cordon, name="node-cordon"),
     path("nodes/<int:node_id>/drain/", node_views.node_drain, name="node-drain"),
     path("nodes/<int:node_id>/uncordon/", node_views.node_uncordon, name="node-uncordon"),
+    path("nodes/<int:node_id>/token/", node_views.node_token, name="node-token"),
     path("workspaces/<int:pk>/quotas/", workspace_views.workspace_quotas, name="workspace-quotas"),
     path(
         "workspaces/<int:pk>/quotas/<int:quota_pk>/unbind/", workspace_views.quota_unbind, name="workspace-quota-unbind"
+    ),
+    path(
+        "workspaces/<int:pk>/members/<int:member_pk>/role/preview/",
+        workspace_views.member_role_preview,
+        name="workspace-member-role-preview",
     ),
     path(
         "workspaces/<int:pk>/members/<int:member_pk>/remove/",

@@ -1,5 +1,5 @@
-"""The workspace tabs that read jobs: a member's removal and a quota's unbinding (each with a
-preview first), the Quotas tab and the Usage tab.
+"""The workspace tabs that read jobs: a member's removal, a member's role change and a quota's
+unbinding (each with a preview first), the Quotas tab and the Usage tab.
 
 They live in the console because they compose apps: the writes are the workspaces services',
 the jobs and the usage come from scheduling (imports point one way, docs/console.md).
@@ -10,6 +10,8 @@ with the reason.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -19,7 +21,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from scheduling.clock import get_clock
 from scheduling.usage import WINDOWS, binding_live_jobs, member_live_jobs, workspace_usage
 from workspaces import selectors, services
-from workspaces.forms import BindQuotaForm
+from workspaces.forms import BindQuotaForm, ChangeRoleForm
 from workspaces.models import Workspace
 from workspaces.permissions import can, denial_reason, restrict
 
@@ -48,16 +50,44 @@ def member_remove(request: HttpRequest, pk: int, member_pk: int) -> HttpResponse
     membership = get_object_or_404(workspace.memberships.select_related("user"), pk=member_pk)
     if not can(request.user, "manage", workspace):
         raise PermissionDenied(denial_reason(request.user, "manage", workspace))
+    status = 200
     if request.method == "POST":
-        services.remove_member(actor=request.user, membership=membership)
-        messages.success(request, f"Removed {membership.user.get_username()} from {workspace.name}.")
-        return redirect("workspace-detail", pk=workspace.pk)
+        try:
+            services.remove_member(actor=request.user, membership=membership)
+        except ValidationError as refused:
+            refusal: str | None = _refusal_text(refused)
+            status = 400
+        else:
+            messages.success(request, f"Removed {membership.user.get_username()} from {workspace.name}.")
+            return redirect("workspace-detail", pk=workspace.pk)
+    else:
+        admins = list(selectors.managing_memberships(workspace=workspace))
+        refusal = selectors.last_admin_refusal(workspace=workspace, membership=membership, admins=admins)
     context = {
         "workspace": workspace,
         "membership": membership,
+        "refusal": refusal,
         "jobs": member_live_jobs(workspace=workspace, user_id=membership.user_id),
     }
-    return render(request, "workspaces/member_remove.html", context)
+    return render(request, "workspaces/member_remove.html", context, status=status)
+
+
+@login_required
+def member_role_preview(request: HttpRequest, pk: int, member_pk: int) -> HttpResponse:
+    """GET only: what the new role gains and loses (capabilities, the quotas its rules open), and
+    that the member's jobs keep running. Its Confirm posts to the Members tab's role change."""
+    workspace = _visible_workspace(request, pk)
+    membership = get_object_or_404(workspace.memberships.select_related("user"), pk=member_pk)
+    if not can(request.user, "manage", workspace):
+        raise PermissionDenied(denial_reason(request.user, "manage", workspace))
+    form = ChangeRoleForm(request.GET, workspace=workspace, prefix=f"member-{membership.pk}")
+    context: dict[str, Any] = {"workspace": workspace, "membership": membership, "form": form}
+    if not form.is_valid():
+        return render(request, "workspaces/member_role.html", context, status=400)
+    role = form.cleaned_data["role"]
+    context["change"] = selectors.role_change(workspace=workspace, membership=membership, role=role)
+    context["jobs"] = member_live_jobs(workspace=workspace, user_id=membership.user_id)
+    return render(request, "workspaces/member_role.html", context)
 
 
 @login_required

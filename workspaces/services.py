@@ -20,11 +20,13 @@ from django.db.models import ProtectedError
 
 from quotas import audit, bounds
 from quotas.models import Quota
+from workspaces import selectors
 from workspaces.access import notify_access_changed
 from workspaces.models import (
     CAPABILITIES,
     CAPABILITY_CODENAMES,
     ROLE_PERMISSIONS,
+    WORKSPACE_MANAGE,
     BasicRole,
     Cap,
     CustomRole,
@@ -215,6 +217,8 @@ def change_member_role(*, actor: Actor, membership: Membership, role: str) -> Me
     _require(actor, "manage", workspace)
     _validate_role(workspace, role)
     membership = Membership.objects.select_for_update().select_related("user").get(pk=membership.pk)
+    if WORKSPACE_MANAGE not in role_capabilities(workspace, role):
+        _keep_an_admin(workspace, leaving=membership, field="role")
     before = {"user": membership.user.get_username(), "role": membership.role}
     membership.role = role
     membership.save(update_fields=["role"])
@@ -236,6 +240,7 @@ def change_member_role(*, actor: Actor, membership: Membership, role: str) -> Me
 def remove_member(*, actor: Actor, membership: Membership) -> None:
     workspace = membership.workspace
     _require(actor, "manage", workspace)
+    _keep_an_admin(workspace, leaving=membership, field="user")
     before = {"user": membership.user.get_username(), "role": membership.role}
     WorkspaceUserPermission.objects.filter(content_object=workspace, user_id=membership.user_id).delete()
     membership.delete()
@@ -287,7 +292,18 @@ def update_custom_role(*, actor: Actor, role: CustomRole, permissions: Sequence[
     _require(actor, "manage", workspace)
     role = CustomRole.objects.select_for_update().get(pk=role.pk)
     before = {"role": role.name, "permissions": role.permissions}
-    role.permissions = _validate_capabilities(permissions)
+    granted = _validate_capabilities(permissions)
+    if WORKSPACE_MANAGE in role.permissions and WORKSPACE_MANAGE not in granted:
+        admins = _admin_memberships(workspace)
+        if admins and all(admin.role == role.name for admin in admins):
+            names = ", ".join(admin.user.get_username() for admin in admins)
+            raise ValidationError(
+                {
+                    "permissions": f"{names} manage {workspace.name} only through role {role.name!r}; "
+                    "make another member admin first."
+                }
+            )
+    role.permissions = granted
     role.save(update_fields=["permissions"])
     for membership in Membership.objects.filter(workspace=workspace, role=role.name):
         _grant(membership)
@@ -529,6 +545,21 @@ def _grant(membership: Membership) -> None:
             for permission in granted
         ]
     )
+
+
+def _admin_memberships(workspace: Workspace) -> list[Membership]:
+    """The managing members, locked: two admins demoting each other at once must not both succeed."""
+    return list(selectors.managing_memberships(workspace=workspace).select_for_update())
+
+
+def _keep_an_admin(workspace: Workspace, *, leaving: Membership, field: str) -> None:
+    """A workspace keeps an admin of its own. A platform admin (or the system) is no exception:
+    without one, its members have nobody of the team to ask for a role or a rule."""
+    refusal = selectors.last_admin_refusal(
+        workspace=workspace, membership=leaving, admins=_admin_memberships(workspace)
+    )
+    if refusal:
+        raise ValidationError({field: refusal})
 
 
 def _unbind(workspace: Workspace, quota_id: int) -> None:

@@ -79,12 +79,20 @@ def members_context(request: HttpRequest, workspace: Workspace, **forms_given: A
     if may_manage:
         context["add_form"] = forms_given.get("add_form") or AddMemberForm(workspace=workspace)
         context["role_form"] = forms_given.get("role_form") or CustomRoleForm()
+        refusals: dict[int, str] = forms_given.get("refusals") or {}
+        # The last admin's row says up front why Remove and a demotion will be refused.
+        admins = list(selectors.managing_memberships(workspace=workspace))
+        for admin in admins:
+            refusal = selectors.last_admin_refusal(workspace=workspace, membership=admin, admins=admins)
+            if refusal:
+                refusals.setdefault(admin.pk, refusal)
         context["role_rows"] = [
             (
                 membership,
                 ChangeRoleForm(
                     workspace=workspace, initial={"role": membership.role}, prefix=f"member-{membership.pk}"
                 ),
+                refusals.get(membership.pk, ""),
             )
             for membership in members
         ]
@@ -145,7 +153,9 @@ def member_role(request: HttpRequest, pk: int, member_pk: int) -> HttpResponse:
     try:
         services.change_member_role(actor=request.user, membership=membership, role=form.cleaned_data["role"])
     except ValidationError as refused:
-        messages.error(request, _refusal_text(refused))
+        # Beside the member's row, where the admin clicked.
+        context = members_context(request, workspace, refusals={membership.pk: _refusal_text(refused)})
+        return render(request, "workspaces/members.html", context, status=400)
     else:
         messages.success(
             request, f"{membership.user.get_username()} is now {form.cleaned_data['role']} in {workspace.name}."

@@ -107,6 +107,7 @@ def test_every_page_works_under_the_policy(
 
     workspace = Workspace.objects.get(name="workspace-b")
     job = Job.objects.get(name="train-b")
+    first_member = workspace.memberships.order_by("pk")[0].pk
     pages = [
         ("/", "Welcome"),
         ("/quotas/", "Resource Quotas"),
@@ -117,6 +118,7 @@ def test_every_page_works_under_the_policy(
         (f"/workspaces/{workspace.pk}/scheduling/", "Resource Usage"),
         (f"/workspaces/{workspace.pk}/usage/", "Last 24 hours"),
         (f"/workspaces/{workspace.pk}/members/{workspace.memberships.order_by('pk')[0].pk}/remove/", None),
+        (f"/workspaces/{workspace.pk}/members/{first_member}/role/preview/?member-{first_member}-role=visitor", None),
         ("/jobs/", None),
         ("/jobs/new/", "Submit job"),
         (f"/jobs/{job.pk}/", None),

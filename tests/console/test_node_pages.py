@@ -19,7 +19,7 @@ from workspaces.models import Workspace
 
 pytestmark = pytest.mark.django_db
 
-NODE_ACTIONS = ("cordon", "drain", "uncordon", "edit")
+NODE_ACTIONS = ("cordon", "drain", "uncordon", "edit", "token")
 
 
 def client_as(users: dict[str, AbstractUser], role: str) -> Client:

@@ -141,6 +141,27 @@ def test_journey_4_the_workspace_admin_changes_who_may_use_a_quota(
     check_accessibility(page)
     _shoot(page, "member-remove-preview")
 
+    # Changing a role previews what the member gains and loses; wanda, the only admin, is told
+    # beside her row why she cannot be removed or demoted.
+    page.goto(f"{live_server.url}/workspaces/{workspace.pk}/")
+    expect(content.locator('tr[data-member="wanda"]').get_by_test_id("member-refusal")).to_have_text(
+        "wanda is workspace-b's only admin; make another member admin first."
+    )
+    row = content.locator('tr[data-member="otto"]')
+    row.get_by_label("Role of otto").select_option("visitor")
+    row.get_by_role("button", name="Change role of otto").click()
+    expect(content.get_by_test_id("preview-losses")).to_have_text(
+        "otto loses: submit jobs; manage every job of the workspace."
+    )
+    expect(content.get_by_test_id("preview-quotas")).to_have_text("May submit to: Quota1.1 → none. Lost: Quota1.1.")
+    expect(content.get_by_text("Their running jobs keep running")).to_be_visible()
+    check_accessibility(page)
+    _shoot(page, "member-role-preview")
+    assert workspace.memberships.get(user=operator).role == "operator"  # the preview changed nothing
+    content.get_by_role("button", name="Confirm: change role").click()
+    expect(page.get_by_text("otto is now visitor in workspace-b.")).to_be_visible()
+    assert workspace.memberships.get(user=operator).role == "visitor"
+
 
 def test_a_visitor_reads_the_rules_and_a_platform_admin_unbinds_after_a_preview(
     live_server: LiveServer,

@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 
 from quotas.models import Quota
 from tests.workspaces.permissions import PermissionWorld, make_account
+from workspaces import services
 from workspaces.models import Membership, Workspace
 
 
@@ -188,6 +189,10 @@ def test_revoking_takes_effect_on_the_very_next_request(
     admin = world.user("workspace_admin")
     client = signed_in(admin)  # the same client (and user object) before and after, as a live session would be
     platform = signed_in(world.user("platform_admin"))
+    # A workspace keeps one admin (workspaces/services.py): the operator takes over first.
+    services.change_member_role(
+        actor=None, membership=Membership.objects.get(user=world.user("operator"), workspace=world.own), role="admin"
+    )
     membership = Membership.objects.get(user=admin, workspace=world.own)
     assert (
         client.patch(f"/api/v1/workspaces/{world.own.pk}/", {"description": "before"}, format="json").status_code == 200

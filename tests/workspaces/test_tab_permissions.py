@@ -53,6 +53,12 @@ OWN_PAGES = [
         "/workspaces/{own}/members/{own_member}/role/",
         lambda w: {f"member-{w.ids()['own_member']}-role": "operator"},
     ),
+    Page(
+        "role-preview",
+        "GET",
+        "/workspaces/{own}/members/{own_member}/role/preview/",
+        lambda w: {f"member-{w.ids()['own_member']}-role": "operator"},
+    ),
     Page("remove-member", "POST", "/workspaces/{own}/members/{own_member}/remove/"),
     Page("new-role", "POST", "/workspaces/{own}/roles/new/", lambda w: {"name": "reviewer", "based_on": "developer"}),
     Page("delete-role", "POST", "/workspaces/{own}/roles/{own_spare_role}/delete/"),
@@ -94,6 +100,7 @@ EXPECTED: dict[str, dict[str, int]] = {
     "unbind-preview": _only({"platform_admin": 200}),
     "add-member": ADMINS_WRITE,
     "change-role": ADMINS_WRITE,
+    "role-preview": ADMINS_READ,
     "remove-member": ADMINS_WRITE,
     "new-role": ADMINS_WRITE,
     "delete-role": ADMINS_WRITE,
@@ -118,7 +125,7 @@ FOREIGN_PAGES = [
 
 def _foreign_body(page: Page, world: PermissionWorld) -> dict[str, Any]:
     body = page.body(world) if page.body else {}
-    if page.name == "change-role":
+    if page.name in ("change-role", "role-preview"):
         body = {f"member-{world.ids()['foreign_member']}-role": "operator"}
     if page.name == "save-rules":
         body["form-0-quota"] = "Quota1.2"
@@ -148,7 +155,7 @@ def _cases(pages: list[Page], foreign: bool) -> list[Any]:
 
 def _call(client: Client, page: Page, world: PermissionWorld, body: dict[str, Any] | None) -> Any:
     url = page.url.format(**world.ids())
-    return client.get(url) if page.method == "GET" else client.post(url, body or {})
+    return client.get(url, body or {}) if page.method == "GET" else client.post(url, body or {})
 
 
 @pytest.mark.parametrize(("page", "persona", "expected"), _cases(OWN_PAGES, foreign=False))
