@@ -411,10 +411,11 @@ def node_token(request: HttpRequest, node: Node) -> HttpResponse:
     verb = "Rotate" if agent else "Create"
     issued: list[str] = []
 
-    def perform(cleaned: Mapping[str, Any], dry_run: bool) -> Any:
-        if dry_run:
-            # Nothing to simulate: a token moves no GPU, no share and no job.
-            return DryRunResult(valid=True, errors={}, preview=None)
+    def preview(cleaned: Mapping[str, Any]) -> DryRunResult:
+        # Nothing to simulate: a token moves no GPU, no share and no job.
+        return DryRunResult(valid=True, errors={}, preview=None)
+
+    def apply(cleaned: Mapping[str, Any]) -> str:
         token = node_agents.issue_node_token(actor=request.user, node=node)
         issued.append(token)
         return token
@@ -438,7 +439,8 @@ def node_token(request: HttpRequest, node: Node) -> HttpResponse:
         url=reverse("node-token", args=[node.pk]),
         done_url=reverse("nodes-page"),
         form=node_forms.NodeTokenForm(request.POST or None, node=node, current=node_forms.token_state(agent)),
-        perform=perform,
+        preview=preview,
+        apply=apply,
         summarise=lambda result: PreviewSummary(moves=[], reclaimable=[], evictions=[], admissions=[]),
         done_message=lambda cleaned: f"{node.name} has a new agent token; the previous one no longer works.",
         confirm_label=f"Confirm: {verb.lower()} token",
