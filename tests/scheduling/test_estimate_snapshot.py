@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, User
 from django.db import transaction
 
 from quotas import services as quota_services
@@ -24,6 +24,7 @@ pytestmark = pytest.mark.django_db
 
 
 def assert_same_as_the_cycle_would_read(owner: AbstractUser) -> None:
+    assert isinstance(owner, User)  # auth.User is the user model: what Job.owner is typed for
     workspace, quota = Workspace.objects.get(name="workspace-b"), Quota.objects.get(name="Quota1.1")
     now = get_clock().now()
     with transaction.atomic():
