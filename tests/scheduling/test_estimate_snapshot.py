@@ -24,10 +24,10 @@ pytestmark = pytest.mark.django_db
 
 
 def assert_same_as_the_cycle_would_read(owner: AbstractUser) -> None:
-    assert isinstance(owner, User)  # auth.User is the user model: what Job.owner is typed for
     workspace, quota = Workspace.objects.get(name="workspace-b"), Quota.objects.get(name="Quota1.1")
     now = get_clock().now()
     with transaction.atomic():
+        assert isinstance(owner, User)  # auth.User is the user model: what Job.owner is typed for
         probe = Job.objects.create(
             name="probe",
             workspace=workspace,

@@ -10,7 +10,7 @@ from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from quotas.models import AuditRecord
-from scheduling import services, triggers
+from scheduling import events, services, triggers
 from scheduling.clock import SimulatedClock, use_clock
 from scheduling.models import Job, JobEvent
 from scheduling.services import JobSubmission
@@ -194,7 +194,7 @@ def test_a_batch_asks_for_one_cycle_and_publishes_each_job(
 
     monkeypatch.setattr(triggers, "request_cycle", request_cycle)
     # One batch for the commit (its live topics are read back together), each job an event in it.
-    monkeypatch.setattr("scheduling.services.events.publish_many", publish_many)
+    monkeypatch.setattr(events, "publish_many", publish_many)
 
     with django_capture_on_commit_callbacks(execute=True):
         jobs = services.submit_jobs(actor=None, submissions=[submission(cluster, f) for f in SUBMISSIONS])
