@@ -187,7 +187,8 @@ def web_rss_mib(launcher_pid: int) -> float:
     for child in psutil.Process(launcher_pid).children(recursive=True):
         try:
             if "uvicorn" in " ".join(child.cmdline()):
-                return child.memory_info().rss / 2**20
+                rss: int = child.memory_info().rss
+                return rss / 2**20
         except psutil.Error:
             continue
     return float("nan")

@@ -53,7 +53,7 @@ class Burst:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def submit_one(self, session: requests.Session, name: str) -> None:
-        job = {
+        job: dict[str, str | int] = {
             "name": name,
             "workspace": "workspace-b",
             "quota": "Quota1.1",
@@ -112,7 +112,13 @@ def scheduled_afterwards(console: RunningConsole, token: str, name: str, deadlin
     """Seconds until a job submitted now is running or done: the cycles run again."""
     session = requests.Session()
     session.headers["Authorization"] = f"Token {token}"
-    job = {"name": name, "workspace": "workspace-b", "quota": "Quota1.1", "kind": "notebook", "gpus": 0.5}
+    job: dict[str, str | float] = {
+        "name": name,
+        "workspace": "workspace-b",
+        "quota": "Quota1.1",
+        "kind": "notebook",
+        "gpus": 0.5,
+    }
     started = time.monotonic()
     answer = session.post(f"{console.url}/api/v1/jobs/", json=job, timeout=30)
     answer.raise_for_status()

@@ -101,11 +101,9 @@ def _walk(node: object) -> list[dict[str, object]]:
 
 def _interactions(event: object) -> list[int]:
     return [
-        int(item["response"]["status_code"])  # type: ignore[index, call-overload]
+        int(response["status_code"])
         for item in _walk(event)
-        if isinstance(item.get("response"), dict)
-        and "status_code" in item["response"]  # type: ignore[operator]
-        and "request" in item
+        if isinstance(response := item.get("response"), dict) and "status_code" in response and "request" in item
     ]
 
 

@@ -26,6 +26,7 @@ import django
 django.setup()
 
 from django.contrib.auth import get_user_model  # noqa: E402
+from django.contrib.auth.models import User  # noqa: E402
 from django.db import connection, reset_queries  # noqa: E402
 from django.test.utils import CaptureQueriesContext, setup_test_environment  # noqa: E402
 from django.utils import timezone  # noqa: E402
@@ -34,9 +35,10 @@ from rest_framework.test import APIClient  # noqa: E402
 from quotas.models import Quota, ResourcePool  # noqa: E402
 from scheduling.models import Job  # noqa: E402
 from workspaces import services  # noqa: E402
+from workspaces.models import Workspace  # noqa: E402
 
 
-def populate(workspace_count: int) -> tuple[object, list[tuple[object, object, object]]]:
+def populate(workspace_count: int) -> tuple[User, list[tuple[Workspace, Quota, User]]]:
     pool, _ = ResourcePool.objects.get_or_create(name=ResourcePool.DEFAULT_NAME)
     root = Quota.objects.create(pool=pool, name="root", gpus=10_000)
     users = get_user_model().objects
@@ -52,7 +54,7 @@ def populate(workspace_count: int) -> tuple[object, list[tuple[object, object, o
     return member, workspaces
 
 
-def add_jobs(workspaces: list[tuple[object, object, object]], job_count: int) -> None:
+def add_jobs(workspaces: list[tuple[Workspace, Quota, User]], job_count: int) -> None:
     """Jobs spread round-robin over the workspaces, each owned by that workspace's developer."""
     now = timezone.now()
     start = Job.objects.count()
@@ -91,7 +93,7 @@ def measure(client: APIClient, path: str, repeat: int) -> tuple[int, float, floa
 
 def run(workspace_count: int, job_counts: list[int], repeat: int) -> None:
     member, workspaces = populate(workspace_count)
-    workspace_name = workspaces[0][0].name  # type: ignore[attr-defined]
+    workspace_name = workspaces[0][0].name
     client = APIClient()
     client.force_authenticate(user=member)
     for job_count in job_counts:

@@ -26,7 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -126,9 +126,11 @@ def estimate(repeat: int) -> None:
         reset_queries()
         with CaptureQueriesContext(connection) as queries:
             client.post("/jobs/new/estimate/", form)
-        timings = _timed(
-            lambda sizes=sizes: client.post("/jobs/new/estimate/", {**form, "gpus": next(sizes)}), repeat, before
-        )
+
+        def estimate(sizes: Iterator[str] = sizes) -> object:
+            return client.post("/jobs/new/estimate/", {**form, "gpus": next(sizes)})
+
+        timings = _timed(estimate, repeat, before)
         median = statistics.median(timings)
         print(
             f"estimate round trip ({label}), S3 ({Job.objects.count():,} jobs, 1,000 nodes): {len(queries)} queries, "
@@ -142,7 +144,7 @@ def jobs_page(repeat: int) -> None:
 
     member, workspaces = populate(100)
     client = Client()
-    client.force_login(member)  # type: ignore[arg-type]
+    client.force_login(member)
     for total in (1_000, 10_000):
         add_jobs(workspaces, total - Job.objects.count())
         reset_queries()

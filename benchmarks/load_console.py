@@ -210,7 +210,7 @@ def main() -> int:
         "after": check_invariants(database_url),
     }
     print(json.dumps(results, indent=2))
-    return 0 if not results["after"]["violations"] and not results["server_errors"] else 1  # type: ignore[index]
+    return 0 if not results["after"]["violations"] and not results["server_errors"] else 1
 
 
 if __name__ == "__main__":

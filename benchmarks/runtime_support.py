@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import TypedDict
 
 import psycopg
 from django.apps import apps
@@ -26,11 +27,20 @@ from workspaces.models import QuotaBinding, Workspace
 EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 
 
+class ServerLogin(TypedDict):
+    """Where the PostgreSQL server is, and who creates and drops the scratch database on it."""
+
+    host: str
+    port: int | str
+    user: str
+    password: str | None
+
+
 @contextmanager
 def scratch_postgres(url: str, name: str) -> Iterator[None]:
     """A fresh PostgreSQL database `name` on the server of `url`, the default connection for the block."""
     settings_dict = ConnectionHandler().configure_settings({DEFAULT_DB_ALIAS: _url_settings(url)})[DEFAULT_DB_ALIAS]
-    admin = {
+    admin: ServerLogin = {
         "host": settings_dict["HOST"] or "127.0.0.1",
         "port": settings_dict["PORT"] or 5432,
         "user": settings_dict["USER"] or "postgres",

@@ -21,7 +21,7 @@ PASSWORD = "correct-horse-battery"
 @pytest.fixture
 def make_user(db: None) -> Callable[..., AbstractUser]:
     def make(username: str, *, platform_admin: bool = False) -> AbstractUser:
-        user: AbstractUser = get_user_model().objects.create_user(  # type: ignore[attr-defined]
+        user: AbstractUser = get_user_model().objects.create_user(
             username=username, password=PASSWORD, is_superuser=platform_admin, is_staff=platform_admin
         )
         return user

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 from django.apps import apps
 from django.contrib import admin
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, User
 from django.test import Client
 
 from scheduling.models import Job, JobState
@@ -29,7 +29,7 @@ def test_every_model_of_the_console_is_registered() -> None:
 
 
 @pytest.fixture
-def operator(pai_world: dict[str, AbstractUser]) -> Client:
+def operator(pai_world: dict[str, User]) -> Client:
     client = Client()
     client.force_login(pai_world["platform-admin"])  # axes' backend refuses Client.login()
     return client

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -21,6 +21,7 @@ pytestmark = pytest.mark.django_db
 
 def page_of(user: AbstractUser) -> tuple[str, int]:
     client = Client()
+    assert isinstance(user, User)  # auth.User is the user model: what force_login is typed for
     client.force_login(user)  # axes' backend refuses Client.login()
     with CaptureQueriesContext(connection) as queries:
         answer = client.get("/")

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, User
 from django.test import Client
 from playwright.sync_api import Page, expect
 from pytest_django.live_server_helper import LiveServer
@@ -21,12 +22,14 @@ from workspaces.models import Workspace
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 SHOTS = Path(os.environ.get("FIXES_SHOTS", "/tmp/shots-fixes"))
+COLOR_SCHEMES: tuple[Literal["light", "dark"], ...] = ("light", "dark")  # emulate_media's names
 
 
 def force_sign_in(page: Page, live_server: LiveServer, user: AbstractUser) -> None:
     """A session cookie from force_login: the sign-in form is tested elsewhere, and axes counts
     form sign-ins."""
     client = Client()
+    assert isinstance(user, User)  # auth.User is the user model: what force_login is typed for
     client.force_login(user)
     page.context.clear_cookies()
     cookie = client.cookies[settings.SESSION_COOKIE_NAME]
@@ -89,7 +92,7 @@ def test_every_page_fits_390_px_and_passes_axe_in_light_and_dark(
     for width in (1280, 390):
         page.set_viewport_size({"width": width, "height": 900})
         for name, path in (("dashboard", "/"), ("quotas", "/quotas/")):
-            for scheme in ("light", "dark"):
+            for scheme in COLOR_SCHEMES:
                 page.emulate_media(color_scheme=scheme)
                 page.goto(f"{live_server.url}{path}")
                 page.screenshot(path=str(SHOTS / f"{name}-{role}-{width}-{scheme}.png"), full_page=True)

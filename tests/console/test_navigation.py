@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, User
 from django.test import Client
 
 pytestmark = pytest.mark.django_db
@@ -14,6 +14,7 @@ pytestmark = pytest.mark.django_db
 
 def signed_in(user: AbstractUser) -> Client:
     client = Client()
+    assert isinstance(user, User)  # auth.User is the user model: what force_login is typed for
     client.force_login(user)  # axes' backend refuses Client.login()
     return client
 

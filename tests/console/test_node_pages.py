@@ -5,7 +5,7 @@ through Preview and Confirm, and a constant number of queries whatever the numbe
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -24,7 +24,9 @@ NODE_ACTIONS = ("cordon", "drain", "uncordon", "edit", "token")
 
 def client_as(users: dict[str, AbstractUser], role: str) -> Client:
     client = Client()
-    client.force_login(users[role])  # axes' backend refuses Client.login()
+    user = users[role]
+    assert isinstance(user, User)  # auth.User is the user model: what force_login is typed for
+    client.force_login(user)  # axes' backend refuses Client.login()
     return client
 
 

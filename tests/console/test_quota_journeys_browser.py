@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, User
 from playwright.sync_api import Page, Route, expect
 from pytest_django.live_server_helper import LiveServer
 from rest_framework.test import APIClient
@@ -43,7 +43,7 @@ def from_actions(page: Page, quota: str, action: str) -> None:
 
 
 def test_the_admin_builds_and_scales_pai_tree_from_the_page(
-    live_server: LiveServer, make_user: Callable[..., AbstractUser], browser_page: Page, sign_in: SignIn
+    live_server: LiveServer, make_user: Callable[..., User], browser_page: Page, sign_in: SignIn
 ) -> None:
     admin = make_user("platform-admin", platform_admin=True)
     for index in range(1, 17):

@@ -3,10 +3,11 @@ role × each action), Preview changing nothing, Confirm going through the servic
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, User
 from django.test import Client
 
 from quotas.models import AuditRecord, Quota
@@ -25,10 +26,12 @@ ACTIONS = (
 )
 
 
-def client_as(users: dict[str, AbstractUser], role: str) -> Client:
+def client_as(users: Mapping[str, AbstractUser], role: str) -> Client:
     client = Client()
+    user = users[role]
+    assert isinstance(user, User)  # auth.User is the user model: what force_login is typed for
     # force_login: axes' backend refuses Client.login(), which authenticates without a request.
-    client.force_login(users[role])
+    client.force_login(user)
     return client
 
 
@@ -68,7 +71,7 @@ def test_the_page_shows_actions_only_to_platform_admins(pai_world: dict[str, Abs
     assert page.content.count(b'data-testid="quota-row"') == names
 
 
-def test_scale_preview_names_the_reclaimable_job_then_confirm_scales(pai_world: dict[str, AbstractUser]) -> None:
+def test_scale_preview_names_the_reclaimable_job_then_confirm_scales(pai_world: dict[str, User]) -> None:
     client = client_as(pai_world, "platform-admin")
     url = f"/quotas/{quota_id('Quota1.1')}/scale/"
     preview = client.post(url, {"step": "preview", "gpus": "8"})

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, User
 from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -34,6 +34,7 @@ def _token_client(token: str) -> APIClient:
 
 def _browser(user: AbstractUser) -> Client:
     client = Client()
+    assert isinstance(user, User)  # auth.User is the user model: what force_login is typed for
     client.force_login(user)
     assert client.get("/").status_code == 200
     return client
@@ -87,7 +88,7 @@ def test_sign_out_everywhere_from_the_user_menu(alice_everywhere: dict[str, Any]
     _assert_alice_is_signed_out_everywhere(alice_everywhere)
 
 
-def test_sign_out_everywhere_page_takes_post_with_csrf_only(make_user: Callable[..., AbstractUser]) -> None:
+def test_sign_out_everywhere_page_takes_post_with_csrf_only(make_user: Callable[..., User]) -> None:
     alice = make_user("alice")
     client = Client(enforce_csrf_checks=True)
     client.force_login(alice)
@@ -105,6 +106,7 @@ def test_deactivating_a_user_through_the_api_revokes_their_tokens_and_sessions(
     assert response.json()["is_active"] is False
     _assert_alice_is_signed_out_everywhere(alice_everywhere)
     record = AuditRecord.objects.get(action="user.update", object_repr="alice")
+    assert record.after is not None
     assert record.after["revoked"] == {"tokens": 1, "sessions": 2}
     # An inactive user cannot sign in again either.
     again = APIClient().post("/api/v1/auth/token/", {"username": "alice", "password": PASSWORD}, format="json")
@@ -136,7 +138,7 @@ def test_only_platform_admins_change_users_and_not_names_or_passwords(
 
 
 def test_deactivating_a_user_in_the_admin_revokes_their_tokens_and_sessions(
-    alice_everywhere: dict[str, Any], platform_admin: AbstractUser
+    alice_everywhere: dict[str, Any], platform_admin: User
 ) -> None:
     alice = alice_everywhere["alice"]
     admin = Client()

@@ -121,7 +121,8 @@ def _wait_healthy(launched: Launched) -> dict[str, str]:
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
-    return psutil.Process(pid).children(recursive=True)
+    children: list[psutil.Process] = psutil.Process(pid).children(recursive=True)
+    return children
 
 
 def test_comes_up_healthy_serves_pages_and_stops_cleanly_on_ctrl_c(launched: Launched) -> None:

@@ -118,7 +118,8 @@ def _wait_exit(supervisor: Supervisor, name: str) -> None:
 
 def _gone(pid: int) -> bool:
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        zombie: bool = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        return zombie
     except psutil.NoSuchProcess:
         return True
 

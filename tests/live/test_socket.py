@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, User
 from django.test import Client
 
 from console.asgi import application
@@ -59,6 +59,7 @@ def world(make_user: Callable[..., AbstractUser], settings: Any) -> dict[str, An
 
 def session_cookie(user: AbstractUser) -> tuple[bytes, bytes]:
     client = Client()
+    assert isinstance(user, User)  # auth.User is the user model: what force_login is typed for
     client.force_login(user)
     return (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
 

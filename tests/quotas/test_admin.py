@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import User
 from django.test import Client
 
 from quotas.models import AuditRecord, Node, Quota
 
 
 @pytest.fixture
-def operator(platform_admin: AbstractUser) -> Client:
+def operator(platform_admin: User) -> Client:
     client = Client()
     client.force_login(platform_admin)
     return client

@@ -75,12 +75,12 @@ def build_cluster(
         GpuDevice.objects.bulk_create([GpuDevice(node=node, index=i) for i in range(gpus)])
         nodes[node.name] = node
     quotas: dict[str, Quota] = {}
-    for name, parent, gpus in tree or (
+    for name, parent, guarantee in tree or (
         ("Quota1", None, float(sum(node_gpus))),
         ("team-a", "Quota1", 8),
         ("team-b", "Quota1", 8),
     ):
-        quotas[name] = Quota.objects.create(pool=pool, name=name, parent=quotas.get(parent or ""), gpus=gpus)
+        quotas[name] = Quota.objects.create(pool=pool, name=name, parent=quotas.get(parent or ""), gpus=guarantee)
     workspace = workspace_services.create_workspace(actor=None, name="lab", quotas=list(quotas.values()))
     return Cluster(pool=pool, nodes=nodes, quotas=quotas, workspace=workspace)
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -113,7 +113,7 @@ def test_a_new_token_revokes_the_old_one(agent_cluster: Cluster) -> None:
     ],
 )
 def test_node_tokens_open_their_own_agent_endpoints_and_nothing_else(
-    credential: str, path: str, expected: int, agent_cluster: Cluster, platform_admin: AbstractUser
+    credential: str, path: str, expected: int, agent_cluster: Cluster, platform_admin: User
 ) -> None:
     own, other = _token("gpu-1"), _token("gpu-2")
     client = APIClient()

@@ -206,7 +206,11 @@ def test_an_eviction_sends_sigterm_honours_the_grace_then_kills(
         )
     )
     for job in (polite, stubborn):
-        wait_for(lambda job=job: logs(live_server, platform_admin, job) == ["ready"], what=f"{job.name} ready")
+
+        def ready(job: Job = job) -> bool:
+            return logs(live_server, platform_admin, job) == ["ready"]
+
+        wait_for(ready, what=f"{job.name} ready")
     high = unlocked(lambda: cluster.submit("high", "team-a", gpus=4, command="echo high; sleep 30"))
     evicted_at = time.monotonic()
     assert state(polite) == state(stubborn) == JobState.RELEASING

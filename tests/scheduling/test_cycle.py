@@ -24,7 +24,7 @@ def lease() -> CycleLease:
     return CycleLease(token=issue_token(), holder="test", backend="test")
 
 
-def engine_then(monkeypatch: pytest.MonkeyPatch, meanwhile: Callable[[], None]) -> None:
+def engine_then(monkeypatch: pytest.MonkeyPatch, meanwhile: Callable[[], object]) -> None:
     """The real engine decides; then, before the commit, something else changes the database."""
     real = engine.schedule
 
@@ -46,6 +46,7 @@ def test_a_decision_about_a_job_that_moved_on_is_skipped(cluster: Cluster, monke
     assert cluster.state("gone") == JobState.CANCELLED
     assert not ReplicaPlacementRecord.objects.filter(job=cluster.jobs["gone"]).exists()
     # Another process (the manual cycle in the web) reads the same cycle back from its record.
+    assert outcome.record_id is not None
     record = CycleRecord.objects.get(pk=outcome.record_id)
     assert cycle.CycleOutcome.from_record(record).as_dict() | {"duration_ms": 0} == outcome.as_dict() | {
         "duration_ms": 0

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, User
 from django.db import transaction
 
 from quotas import services as quota_services
@@ -27,6 +27,7 @@ def assert_same_as_the_cycle_would_read(owner: AbstractUser) -> None:
     workspace, quota = Workspace.objects.get(name="workspace-b"), Quota.objects.get(name="Quota1.1")
     now = get_clock().now()
     with transaction.atomic():
+        assert isinstance(owner, User)  # auth.User is the user model: what Job.owner is typed for
         probe = Job.objects.create(
             name="probe",
             workspace=workspace,

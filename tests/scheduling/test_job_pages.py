@@ -111,7 +111,7 @@ def test_the_estimate_and_the_submit_refuse_a_cap_with_the_same_sentence(world: 
                 "quota": "Quota1.1",
                 "roles": ["developer", "operator", "admin"],
                 "caps": [{"priority_min": 1, "priority_max": 3, "max_gpus_per_job": 8}],
-            }  # type: ignore[list-item]
+            }
         ],
     )
     dave = client_as("dave")
@@ -162,7 +162,7 @@ def test_the_quota_list_says_why_a_quota_is_missing(world: dict[str, AbstractUse
     workspace_services.set_scheduling_config(
         actor=None,
         workspace=workspace,
-        rules=[{"quota": "Quota1.1", "roles": ["operator"]}],  # type: ignore[list-item]
+        rules=[{"quota": "Quota1.1", "roles": ["operator"]}],
     )
     page = client_as("dave").get("/jobs/new/").content.decode()
     assert "No quota of workspace-b is yours to use." in page

@@ -10,7 +10,7 @@ from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from quotas.models import AuditRecord
-from scheduling import services, triggers
+from scheduling import events, services, triggers
 from scheduling.clock import SimulatedClock, use_clock
 from scheduling.models import Job, JobEvent
 from scheduling.services import JobSubmission
@@ -140,7 +140,7 @@ def capped(cluster: Cluster, member: AbstractUser) -> Cluster:
                 "quota": "team-a",
                 "roles": ["developer"],
                 "caps": [{"priority_min": 1, "priority_max": 9, "max_gpus_per_user": 4}],
-            }  # type: ignore[list-item]
+            }
         ],
     )
     cluster.submit("held", gpus=1, actor=member)
@@ -183,9 +183,18 @@ def test_a_batch_asks_for_one_cycle_and_publishes_each_job(
 ) -> None:
     requests: list[str] = []
     published: list[dict[str, Any]] = []
-    monkeypatch.setattr(triggers, "request_cycle", lambda reason: requests.append(reason) or True)
+
+    def request_cycle(reason: str) -> bool:
+        requests.append(reason)
+        return True
+
+    def publish_many(batch: list[dict[str, Any]]) -> bool:
+        published.extend(batch)
+        return True
+
+    monkeypatch.setattr(triggers, "request_cycle", request_cycle)
     # One batch for the commit (its live topics are read back together), each job an event in it.
-    monkeypatch.setattr(services.events, "publish_many", lambda batch: published.extend(batch) or True)
+    monkeypatch.setattr(events, "publish_many", publish_many)
 
     with django_capture_on_commit_callbacks(execute=True):
         jobs = services.submit_jobs(actor=None, submissions=[submission(cluster, f) for f in SUBMISSIONS])

@@ -6,12 +6,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from celery.contrib.testing.worker import start_worker
 from django.contrib.auth.models import AbstractUser
 from django.db import connection, connections
+from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteDatabaseWrapper
 from rest_framework.test import APIClient
 
 from console.celery import app
@@ -31,7 +32,7 @@ def close_connections() -> None:
 
 @pytest.fixture
 def worker(settings: Any) -> Iterator[str]:
-    if connection.vendor == "sqlite" and connection.is_in_memory_db():
+    if connection.vendor == "sqlite" and cast(SQLiteDatabaseWrapper, connection).is_in_memory_db():
         pytest.skip(
             "in-memory SQLite shares one cache across threads with table locks that fail instead of waiting; "
             "this test runs on PostgreSQL (or a file-based SQLite test database)"

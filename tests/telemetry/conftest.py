@@ -25,6 +25,7 @@ def cluster(make_user: Callable[..., AbstractUser], settings: Any) -> dict[str, 
     workspace_services.add_member(actor=None, workspace=lab, user=dave, role="developer")
     train = job_services.submit_job(actor=dave, workspace=lab, quota=quota, name="train", kind="training", gpus=2)
     notebook = job_services.submit_job(actor=dave, workspace=lab, quota=quota, name="nb", kind="notebook", gpus=1)
+    assert isinstance(train, Job) and isinstance(notebook, Job)
     job_services.converge()
     train, notebook = Job.objects.get(pk=train.pk), Job.objects.get(pk=notebook.pk)
     assert train.state == notebook.state == "running"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import time_machine
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -23,6 +23,7 @@ pytestmark = pytest.mark.django_db
 
 def client_of(user: AbstractUser) -> Client:
     client = Client()
+    assert isinstance(user, User)  # auth.User is the user model: what force_login is typed for
     client.force_login(user)
     return client
 

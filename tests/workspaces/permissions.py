@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
 from quotas.models import Quota, ResourcePool
@@ -54,10 +54,10 @@ class PermissionWorld:
     quotas: dict[str, Quota]
     own: Workspace
     foreign: Workspace
-    users: dict[str, AbstractUser | None] = field(default_factory=dict)
-    foreign_users: dict[str, AbstractUser] = field(default_factory=dict)
+    users: dict[str, User | None] = field(default_factory=dict)
+    foreign_users: dict[str, User] = field(default_factory=dict)
 
-    def user(self, persona: str) -> AbstractUser | None:
+    def user(self, persona: str) -> User | None:
         return self.users[persona]
 
     def ids(self) -> dict[str, Any]:
@@ -85,8 +85,8 @@ def build_quota_tree() -> tuple[ResourcePool, dict[str, Quota]]:
     }
 
 
-def make_account(username: str, *, platform_admin: bool = False) -> AbstractUser:
-    user: AbstractUser = get_user_model().objects.create_user(  # type: ignore[attr-defined]
+def make_account(username: str, *, platform_admin: bool = False) -> User:
+    user: User = get_user_model().objects.create_user(
         username=username, password=None, is_superuser=platform_admin, is_staff=platform_admin
     )
     return user

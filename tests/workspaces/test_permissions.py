@@ -14,6 +14,7 @@ from tests.workspaces.permissions import PERSONAS, PermissionWorld, make_account
 from workspaces import services
 from workspaces.models import Membership, Workspace, WorkspaceUserPermission
 from workspaces.permissions import can, check_submission, restrict
+from workspaces.services import CapSpec
 
 VISIBLE_WORKSPACES = {
     "platform_admin": {"workspace-b", "workspace-c"},
@@ -211,17 +212,17 @@ def test_a_rule_open_to_non_members_admits_any_signed_in_user(world: PermissionW
 
 # --- caps ----------------------------------------------------------------------------------------
 
-PAI_CAPS = [
+PAI_CAPS: list[CapSpec] = [
     {"priority_min": 1, "priority_max": 7, "max_gpus_per_job": 100},
     {"priority_min": 7, "priority_max": 9, "max_gpus_per_job": 10},
 ]
 
 
-def _set_caps(world: PermissionWorld, caps: list[dict[str, float]]) -> None:
+def _set_caps(world: PermissionWorld, caps: list[CapSpec]) -> None:
     services.set_scheduling_config(
         actor=None,
         workspace=world.own,
-        rules=[{"quota": "Quota1.1", "roles": ["admin", "developer"], "caps": caps}],  # type: ignore[list-item]
+        rules=[{"quota": "Quota1.1", "roles": ["admin", "developer"], "caps": caps}],
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
 from quotas.models import Quota
@@ -14,10 +15,12 @@ from tests.workspaces.permissions import PermissionWorld, make_account
 from workspaces import services
 from workspaces.models import Membership, Workspace
 
+SignedIn = Callable[[User | None], APIClient]
+
 
 @pytest.fixture
-def signed_in() -> Callable[[object], APIClient]:
-    def make(user: object) -> APIClient:
+def signed_in() -> SignedIn:
+    def make(user: User | None) -> APIClient:
         client = APIClient()
         client.force_authenticate(user=user)
         return client
@@ -25,7 +28,7 @@ def signed_in() -> Callable[[object], APIClient]:
     return make
 
 
-def test_teams_b_and_c_are_fully_isolated(world: PermissionWorld, signed_in: Callable[[object], APIClient]) -> None:
+def test_teams_b_and_c_are_fully_isolated(world: PermissionWorld, signed_in: SignedIn) -> None:
     admin_b = signed_in(world.user("workspace_admin"))
     admin_c = signed_in(world.foreign_users["workspace_admin"])
     make_account("bob")
@@ -83,9 +86,7 @@ def test_teams_b_and_c_are_fully_isolated(world: PermissionWorld, signed_in: Cal
     assert Membership.objects.get(user__username="carol").workspace == world.foreign
 
 
-def test_mass_assignment_cannot_move_rows_or_set_read_only_fields(
-    world: PermissionWorld, signed_in: Callable[[object], APIClient]
-) -> None:
+def test_mass_assignment_cannot_move_rows_or_set_read_only_fields(world: PermissionWorld, signed_in: SignedIn) -> None:
     admin_b = signed_in(world.user("workspace_admin"))
     make_account("bob")
     added = admin_b.post(
@@ -119,7 +120,7 @@ def test_mass_assignment_cannot_move_rows_or_set_read_only_fields(
 
 
 def test_a_workspace_admin_cannot_grant_capabilities_that_do_not_exist(
-    world: PermissionWorld, signed_in: Callable[[object], APIClient]
+    world: PermissionWorld, signed_in: SignedIn
 ) -> None:
     answer = signed_in(world.user("workspace_admin")).post(
         f"/api/v1/workspaces/{world.own.pk}/roles/", {"name": "god", "permissions": ["platform.admin"]}, format="json"
@@ -170,7 +171,7 @@ def test_a_workspace_admin_cannot_grant_capabilities_that_do_not_exist(
 )
 def test_bad_scheduling_config_names_the_field_and_the_numbers(
     world: PermissionWorld,
-    signed_in: Callable[[object], APIClient],
+    signed_in: SignedIn,
     rules: list[dict[str, object]],
     field: str,
     message: str,
@@ -184,7 +185,7 @@ def test_bad_scheduling_config_names_the_field_and_the_numbers(
 
 @pytest.mark.parametrize("revoke", ["remove-membership", "demote-to-visitor"])
 def test_revoking_takes_effect_on_the_very_next_request(
-    world: PermissionWorld, signed_in: Callable[[object], APIClient], revoke: str
+    world: PermissionWorld, signed_in: SignedIn, revoke: str
 ) -> None:
     admin = world.user("workspace_admin")
     client = signed_in(admin)  # the same client (and user object) before and after, as a live session would be
@@ -215,7 +216,7 @@ def test_revoking_takes_effect_on_the_very_next_request(
 
 
 def test_dropping_an_authorized_user_hides_the_workspace_and_its_quota_on_the_next_request(
-    world: PermissionWorld, signed_in: Callable[[object], APIClient]
+    world: PermissionWorld, signed_in: SignedIn
 ) -> None:
     guest = signed_in(world.user("authorized_non_member"))
     assert guest.get(f"/api/v1/workspaces/{world.own.pk}/").status_code == 200

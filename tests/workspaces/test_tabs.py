@@ -4,6 +4,7 @@ and Usage."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
 from django.test import Client
@@ -129,7 +130,7 @@ def test_the_resource_usage_table_has_a_row_per_bound_quota(world: PermissionWor
     assert "<select" not in visitor  # read only
 
 
-def _table_post(rows: list[dict[str, object]], **extra: str) -> dict[str, object]:
+def _table_post(rows: Sequence[Mapping[str, object]], **extra: str) -> dict[str, object]:
     post: dict[str, object] = {"form-TOTAL_FORMS": str(len(rows)), "form-INITIAL_FORMS": "0", **extra}
     for index, row in enumerate(rows):
         post.update({f"form-{index}-{key}": value for key, value in row.items()})

@@ -18,7 +18,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -30,7 +30,7 @@ from workspaces.models import Workspace
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=datetime.now().astimezone().tzinfo).astimezone()
 
 
-def _job(world: PermissionWorld, workspace: Workspace, owner: AbstractUser, name: str, gpus: float, state: str) -> Job:
+def _job(world: PermissionWorld, workspace: Workspace, owner: User, name: str, gpus: float, state: str) -> Job:
     return Job.objects.create(
         name=name,
         workspace=workspace,

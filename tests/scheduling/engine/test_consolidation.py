@@ -151,6 +151,7 @@ def test_runtime_burst_snapshots(path: Path) -> None:
 
 def test_moves_listed_after_whoever_leaves_their_target() -> None:
     from scheduling.engine.actions.consolidate import ordered_moves
+    from scheduling.engine.cluster import Placement
     from scheduling.engine.session import Session
 
     nodes = (Node("n0", 2), Node("n1", 2))
@@ -159,8 +160,8 @@ def test_moves_listed_after_whoever_leaves_their_target() -> None:
         Job("b", "team", 1, state="running", started_at=0.0, placements=(ReplicaPlacement("n0", (1,)),)),
     )
     session = Session(Snapshot(nodes, (Quota("team", None, 4),), jobs, now=10.0))
-    a_onto_b = (0, [(0, (1,), 1000)])
-    b_away = (1, [(1, (0,), 1000)])
+    a_onto_b: tuple[int, list[Placement]] = (0, [(0, (1,), 1000)])
+    b_away: tuple[int, list[Placement]] = (1, [(1, (0,), 1000)])
     assert ordered_moves(session, [a_onto_b, b_away]) == [b_away, a_onto_b]
-    b_onto_a = (1, [(0, (0,), 1000)])
+    b_onto_a: tuple[int, list[Placement]] = (1, [(0, (0,), 1000)])
     assert ordered_moves(session, [a_onto_b, b_onto_a]) is None  # a swap: dropped

@@ -14,8 +14,7 @@ def asking(quota: str, gpus: float, count: int = 1, state: str = "pending") -> t
 
 def shares(node_list: tuple[Node, ...], quota_list: list[Quota], jobs: tuple[Job, ...]) -> dict[str, float]:
     ordered = tuple(
-        Quota(**{**{f: getattr(q, f) for f in q.__slots__}, "created_order": n})  # type: ignore[attr-defined]
-        for n, q in enumerate(quota_list)
+        Quota(**{**{f: getattr(q, f) for f in q.__slots__}, "created_order": n}) for n, q in enumerate(quota_list)
     )
     return fair_shares(Snapshot(node_list, ordered, jobs, 0.0))
 

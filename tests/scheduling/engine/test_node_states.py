@@ -8,6 +8,7 @@ the capacity fair share divides. Draining: cordoned, and every job on it is evic
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TypedDict, Unpack
 
 import pytest
 
@@ -15,7 +16,15 @@ from scheduling.engine import Evict, Node, Quota, ReplicaPlacement, Snapshot, fa
 from tests.scheduling.engine.helpers import Scenario, quotas
 
 
-def with_node(s: Scenario, name: str, **state: bool) -> Scenario:
+class NodeState(TypedDict, total=False):
+    """The fields of a Node an admin's action changes."""
+
+    ready: bool
+    schedulable: bool
+    draining: bool
+
+
+def with_node(s: Scenario, name: str, **state: Unpack[NodeState]) -> Scenario:
     """The scenario after an admin changed one node's state, run to convergence."""
     s.snapshot = replace(
         s.snapshot, nodes=tuple(replace(node, **state) if node.name == name else node for node in s.snapshot.nodes)
@@ -23,9 +32,9 @@ def with_node(s: Scenario, name: str, **state: bool) -> Scenario:
     return s.run()
 
 
-CORDON = {"schedulable": False}
-DRAIN = {"schedulable": False, "draining": True}
-UNCORDON = {"schedulable": True, "draining": False}
+CORDON: NodeState = {"schedulable": False}
+DRAIN: NodeState = {"schedulable": False, "draining": True}
+UNCORDON: NodeState = {"schedulable": True, "draining": False}
 
 
 def two_nodes() -> Scenario:
@@ -54,7 +63,7 @@ def drains(s: Scenario) -> list[tuple[str, str | None]]:
     ],
 )
 def test_node_state_table(
-    state: dict[str, bool],
+    state: NodeState,
     first_state: str,
     first_nodes: set[str],
     second_nodes: set[str],

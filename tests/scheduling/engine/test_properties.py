@@ -57,7 +57,7 @@ def trees(draw: st.DrawFn, capacity: int) -> tuple[Quota, ...]:
 
 
 @st.composite
-def snapshots(draw: st.DrawFn) -> Snapshot:
+def snapshots(draw: st.DrawFn) -> tuple[Snapshot, tuple[Job, ...]]:
     node_list = draw(pools())
     capacity = sum(n.gpus for n in node_list)
     quota_list = draw(trees(capacity))
@@ -80,7 +80,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             )
         )
     placement = draw(st.sampled_from(["pack", "spread"]))
-    return Snapshot(node_list, quota_list, (), 0.0, placement), tuple(jobs)  # type: ignore[return-value]
+    return Snapshot(node_list, quota_list, (), 0.0, placement), tuple(jobs)
 
 
 def play(base: Snapshot, jobs: tuple[Job, ...]) -> tuple[Snapshot, list[CycleResult]]:
