@@ -4,10 +4,11 @@ the agent endpoints at once; the page shows each node's executor, last heartbeat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, User
 from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -26,7 +27,9 @@ REGISTER = "/api/v1/agent/register/"
 
 def _admin(users: dict[str, AbstractUser]) -> Client:
     client = Client()
-    client.force_login(users["platform-admin"])
+    admin = users["platform-admin"]
+    assert isinstance(admin, User)  # auth.User is the user model: what force_login is typed for
+    client.force_login(admin)
     return client
 
 
@@ -74,6 +77,7 @@ def test_create_previews_then_shows_the_token_once(pai_world: dict[str, Abstract
     assert "python manage.py agent --server http://testserver --node gpu-1 --token-file /etc/gqc/node.token" in shown
     record = AuditRecord.objects.filter(action="node.token", object_id=node.pk).get()
     assert record.actor_id == pai_world["platform-admin"].pk
+    assert record.after is not None
     assert token not in str(record.after) and str(record.after["token"]).startswith(token[:12])
 
     # A reload re-sends the Confirm: refused in words, no token shown, the issued one still works.
@@ -143,11 +147,11 @@ def test_seconds_ago_reads_as_a_person_would() -> None:
 
 @pytest.mark.parametrize("persona", ["workspace-admin", "developer", "outsider", "visitor", "anonymous"])
 def test_only_platform_admins_reach_the_token_action(
-    pai_world: dict[str, AbstractUser], make_user: object, persona: str
+    pai_world: dict[str, User], make_user: Callable[..., User], persona: str
 ) -> None:
     client = Client()
     if persona == "visitor":
-        visitor = make_user("vera")  # type: ignore[operator]
+        visitor = make_user("vera")
         workspace_services.add_member(
             actor=None, workspace=Workspace.objects.get(name="workspace-b"), user=visitor, role="visitor"
         )

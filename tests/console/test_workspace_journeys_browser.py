@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, User
 from playwright.sync_api import Page, expect
 from pytest_django.live_server_helper import LiveServer
 from rest_framework.test import APIClient
@@ -54,7 +54,7 @@ def _shoot(page: Page, name: str) -> None:
 def test_journey_4_the_workspace_admin_changes_who_may_use_a_quota(
     live_server: LiveServer,
     pai_world: dict[str, AbstractUser],
-    make_user: Callable[..., AbstractUser],
+    make_user: Callable[..., User],
     browser_page: Page,
     sign_in: SignIn,
 ) -> None:
