@@ -13,7 +13,7 @@ from django.db import transaction
 
 from quotas import services as quota_services
 from quotas.models import Node, Quota
-from scheduling import selectors
+from scheduling import estimate_base, selectors
 from scheduling import services as job_services
 from scheduling.clock import get_clock
 from scheduling.models import Job
@@ -53,13 +53,13 @@ def test_the_estimate_reads_the_cluster_as_the_cycle_does(
     settings.SCHEDULER_TRIGGER = "inline"
     users = build_pai(make_user)
     full_reads: list[int] = []
-    read_in_full = selectors._full_estimate_base
+    read_in_full = estimate_base._full_estimate_base
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         full_reads.append(1)
         return read_in_full(*args, **kwargs)
 
-    monkeypatch.setattr(selectors, "_full_estimate_base", counted)
+    monkeypatch.setattr(estimate_base, "_full_estimate_base", counted)
     dave = users["dave"]
     assert_same_as_the_cycle_would_read(dave)  # the first read: in full
     assert_same_as_the_cycle_would_read(dave)  # nothing changed: reused
