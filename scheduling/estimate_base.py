@@ -14,18 +14,18 @@ from django.conf import settings
 from scheduling import engine
 from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, ReplicaPlacementRecord
 from scheduling.snapshot import (
-    _ENGINE_JOB_COLUMNS,
-    _GPUS,
-    _GRACE_SECONDS,
-    _QUOTA_ID,
-    _STATE,
+    ENGINE_JOB_COLUMNS,
+    GPUS_AT,
+    GRACE_SECONDS_AT,
+    QUOTA_ID_AT,
+    STATE_AT,
     JobSeen,
+    Moment,
     SnapshotIndex,
-    _engine_job,
-    _Moment,
-    _raw_rows,
     build_snapshot,
+    engine_job,
     job_key,
+    raw_rows,
 )
 
 # --- the Submit job estimate's snapshot ---------------------------------------------------------
@@ -76,7 +76,7 @@ def _full_estimate_base(now: datetime, *, leaving_out: str, other_changes: Any) 
 def _refreshed_estimate_base(base: _EstimateBase, *, leaving_out: int) -> _EstimateBase:
     """`base` with the live jobs as they are now: those whose revision moved, and new ones, read
     again; ended ones dropped; the rest kept as they were read."""
-    order = _raw_rows(
+    order = raw_rows(
         Job.objects.filter(state__in=ACTIVE_STATES)
         .exclude(pk=leaving_out)
         .order_by("submitted_at", "id")
@@ -91,7 +91,7 @@ def _refreshed_estimate_base(base: _EstimateBase, *, leaving_out: int) -> _Estim
         quota_names = {quota_id: name for name, quota_id in base.index.quota_ids.items()}
         node_names = {node_id: name for name, node_id in base.index.node_ids.items()}
         held: dict[int, list[tuple[str, Any, float]]] = defaultdict(list)
-        for job_id, node_id, devices, fraction in _raw_rows(
+        for job_id, node_id, devices, fraction in raw_rows(
             ReplicaPlacementRecord.objects.filter(job_id__in=changed, job__state__in=HOLDING_STATES)
             .order_by("job_id", "id")
             .values_list("job_id", "node_id", "devices", "fraction")
@@ -99,26 +99,26 @@ def _refreshed_estimate_base(base: _EstimateBase, *, leaving_out: int) -> _Estim
             held[job_id].append(
                 (node_names[node_id], devices if isinstance(devices, str) else tuple(devices), fraction)
             )
-        width = len(_ENGINE_JOB_COLUMNS)
-        for row in _raw_rows(
+        width = len(ENGINE_JOB_COLUMNS)
+        for row in raw_rows(
             Job.objects.filter(pk__in=changed)
-            .annotate(submitted=_Moment("submitted_at"), started=_Moment("started_at"), evicted=_Moment("evicted_at"))
+            .annotate(submitted=Moment("submitted_at"), started=Moment("started_at"), evicted=Moment("evicted_at"))
             .values_list(
-                *_ENGINE_JOB_COLUMNS, "name", "requeue", "revision", "reason_code", "reason_message", "position"
+                *ENGINE_JOB_COLUMNS, "name", "requeue", "revision", "reason_code", "reason_message", "position"
             )
         ):
             pk = row[0]
             name, requeue, revision, reason_code, reason_message, position = row[width:]
             key = job_key(pk)
-            by_pk[pk] = _engine_job(key, row, quota_names[row[_QUOTA_ID]], tuple(held.get(pk, ())))
+            by_pk[pk] = engine_job(key, row, quota_names[row[QUOTA_ID_AT]], tuple(held.get(pk, ())))
             seen_jobs[key] = JobSeen(
                 pk=pk,
                 name=name,
-                state=row[_STATE],
+                state=row[STATE_AT],
                 revision=revision,
-                quota_id=row[_QUOTA_ID],
-                gpus=row[_GPUS],
-                grace_seconds=row[_GRACE_SECONDS],
+                quota_id=row[QUOTA_ID_AT],
+                gpus=row[GPUS_AT],
+                grace_seconds=row[GRACE_SECONDS_AT],
                 requeue=bool(requeue),
                 reason_code=reason_code,
                 reason_message=reason_message,
@@ -161,12 +161,12 @@ def estimate_snapshot(now: datetime, *, job_pk: int) -> tuple[engine.Snapshot, S
     else:
         base = _refreshed_estimate_base(base, leaving_out=job_pk)
     _estimate_base["cluster"] = base
-    row = _raw_rows(
+    row = raw_rows(
         Job.objects.filter(pk=job_pk)
-        .annotate(submitted=_Moment("submitted_at"), started=_Moment("started_at"), evicted=_Moment("evicted_at"))
-        .values_list(*_ENGINE_JOB_COLUMNS, "name", "quota__name")
+        .annotate(submitted=Moment("submitted_at"), started=Moment("started_at"), evicted=Moment("evicted_at"))
+        .values_list(*ENGINE_JOB_COLUMNS, "name", "quota__name")
     )[0]
-    width = len(_ENGINE_JOB_COLUMNS)
+    width = len(ENGINE_JOB_COLUMNS)
     name, quota_name = row[width:]
     index = SnapshotIndex(
         jobs={**base.index.jobs},
@@ -178,16 +178,16 @@ def estimate_snapshot(now: datetime, *, job_pk: int) -> tuple[engine.Snapshot, S
     index.jobs[key] = JobSeen(
         pk=job_pk,
         name=name,
-        state=row[_STATE],
+        state=row[STATE_AT],
         revision=0,
-        quota_id=row[_QUOTA_ID],
-        gpus=row[_GPUS],
-        grace_seconds=row[_GRACE_SECONDS],
+        quota_id=row[QUOTA_ID_AT],
+        gpus=row[GPUS_AT],
+        grace_seconds=row[GRACE_SECONDS_AT],
         requeue=True,
         reason_code="",
         reason_message="",
         position=None,
     )
-    job = _engine_job(key, row[:width], quota_name, ())
+    job = engine_job(key, row[:width], quota_name, ())
     snapshot = replace(base.snapshot, jobs=(*base.snapshot.jobs, job), now=now.timestamp())
     return snapshot, index

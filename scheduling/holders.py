@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import NamedTuple, TypedDict
 
 from scheduling.models import HOLDING_STATES, Job, ReplicaPlacementRecord
-from scheduling.snapshot import _devices, _raw_rows
+from scheduling.snapshot import raw_rows, stored_devices
 
 
 class HeldGpus(TypedDict):
@@ -69,7 +69,7 @@ def gpu_holders(*, quota_ids: Iterable[int] | None = None, node_ids: Iterable[in
             fraction=fraction if fraction < 1 else 1.0,
         )
         for node_id, node, devices, fraction, job_id, job, job_state, quota_id, quota in rows
-        for device in _devices(devices)
+        for device in stored_devices(devices)
     ]
     holders.sort(key=lambda holder: (holder["node_id"], holder["device"], holder["job"], holder["job_id"]))
     return holders
@@ -93,8 +93,8 @@ def held_devices_with_kind(*, node_ids: Iterable[int]) -> list[HeldDevice]:
         return []
     rows = ReplicaPlacementRecord.objects.filter(job__state__in=HOLDING_STATES, node_id__in=wanted)
     return [
-        HeldDevice(job_id, kind, node_id, _devices(devices), fraction)
-        for job_id, kind, node_id, devices, fraction in _raw_rows(
+        HeldDevice(job_id, kind, node_id, stored_devices(devices), fraction)
+        for job_id, kind, node_id, devices, fraction in raw_rows(
             rows.values_list("job_id", "job__kind", "node_id", "devices", "fraction")
         )
     ]

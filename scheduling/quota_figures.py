@@ -13,7 +13,7 @@ from scheduling import engine
 from scheduling.engine import fairshare
 from scheduling.engine import types as engine_types
 from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, JobState, ReplicaPlacementRecord
-from scheduling.snapshot import _devices, _engine_quotas, _raw_rows
+from scheduling.snapshot import engine_quotas, raw_rows, stored_devices
 
 
 def quota_status_figures(snapshot: engine.Snapshot) -> dict[str, QuotaStatusFigures]:
@@ -53,9 +53,9 @@ def _fair_share_capacity() -> int:
     rows = ReplicaPlacementRecord.objects.filter(
         job__state__in=HOLDING_STATES, node__state__in=(NodeState.CORDONED, NodeState.DRAINING)
     ).values_list("node_id", "devices", "fraction")
-    for node_id, devices, fraction in _raw_rows(rows):
+    for node_id, devices, fraction in raw_rows(rows):
         milli = fairshare.to_milli(fraction) if fraction < 1 else MILLI
-        for device in _devices(devices):
+        for device in stored_devices(devices):
             held[(node_id, device)] = min(MILLI, held.get((node_id, device), 0) + milli)
     return int(placeable) * MILLI + sum(held.values())
 
@@ -70,7 +70,7 @@ def quota_status_summary() -> dict[str, QuotaStatusFigures]:
     and marks fractional ones, so one job of the group's shape with the group's replicas asks
     exactly what the group asks. Allocated is the jobs' `allocated_gpus`, which every commit
     keeps equal to their placements."""
-    quota_names, quotas = _engine_quotas()
+    quota_names, quotas = engine_quotas()
     capacity = _fair_share_capacity()
     groups = (
         Job.objects.filter(state__in=ACTIVE_STATES)

@@ -54,12 +54,12 @@ def job_key(pk: int) -> str:
     return str(pk)
 
 
-def _raw_rows(queryset: QuerySet[Any]) -> list[tuple[Any, ...]]:
+def raw_rows(queryset: QuerySet[Any]) -> list[tuple[Any, ...]]:
     """The rows of a `values_list` queryset as the database driver returns them.
 
     Django's per-value converters (datetime parsing and time zones on SQLite, JSON decoding)
     cost more than the query itself on a snapshot of 10,000 jobs; the snapshot needs only epoch
-    seconds and plain values, which `_epoch` and `_devices` make at C speed.
+    seconds and plain values, which `_epoch` and `stored_devices` make at C speed.
     """
     sql, params = queryset.query.sql_with_params()
     with connection.cursor() as cursor:
@@ -68,7 +68,7 @@ def _raw_rows(queryset: QuerySet[Any]) -> list[tuple[Any, ...]]:
     return rows
 
 
-class _Moment(Func):
+class Moment(Func):
     """A datetime column as the snapshot reads it: seconds since the epoch where the database
     computes them (PostgreSQL; building aware datetimes cost more than the rest of the query),
     the stored text elsewhere (SQLite keeps naive UTC ISO text, which `_epoch` parses)."""
@@ -91,7 +91,7 @@ class _Moment(Func):
 
 
 def _epoch(moment: float | str | datetime | None) -> float | None:
-    """Seconds since the epoch of a `_Moment` as the driver returns it."""
+    """Seconds since the epoch of a `Moment` as the driver returns it."""
     if moment is None or isinstance(moment, float):
         return moment
     if isinstance(moment, str):
@@ -104,14 +104,14 @@ def _parsed_devices(text: str) -> tuple[int, ...]:
     return tuple(json.loads(text))
 
 
-def _devices(value: Any) -> tuple[int, ...]:
+def stored_devices(value: Any) -> tuple[int, ...]:
     """A placement's devices as the driver returns the JSON column: text (parsed once per
     distinct value: a pool has few device sets, and a snapshot reads thousands), or a list."""
     return _parsed_devices(value) if isinstance(value, str) else tuple(value)
 
 
-# What an engine job is made of, in this order; `_engine_job` reads the row by these positions.
-_ENGINE_JOB_COLUMNS = (
+# What an engine job is made of, in this order; `engine_job` reads the row by these positions.
+ENGINE_JOB_COLUMNS = (
     "id",
     "quota_id",
     "workspace__name",
@@ -122,15 +122,15 @@ _ENGINE_JOB_COLUMNS = (
     "preemptible",
     "cpu",
     "memory_gib",
-    "submitted",  # the _Moment of submitted_at, and so on
+    "submitted",  # the Moment of submitted_at, and so on
     "state",
     "started",
     "grace_seconds",
     "beneficiary_id",
     "evicted",
 )
-_QUOTA_ID, _GPUS, _STATE, _GRACE_SECONDS = (
-    _ENGINE_JOB_COLUMNS.index(column) for column in ("quota_id", "gpus", "state", "grace_seconds")
+QUOTA_ID_AT, GPUS_AT, STATE_AT, GRACE_SECONDS_AT = (
+    ENGINE_JOB_COLUMNS.index(column) for column in ("quota_id", "gpus", "state", "grace_seconds")
 )
 
 
@@ -147,7 +147,7 @@ class _EngineJobs:
 _engine_jobs = _EngineJobs()
 
 
-def _engine_job(key: str, row: tuple[Any, ...], quota: str, replicas: tuple[tuple[str, Any, float], ...]) -> engine.Job:
+def engine_job(key: str, row: tuple[Any, ...], quota: str, replicas: tuple[tuple[str, Any, float], ...]) -> engine.Job:
     (
         _pk,
         _quota_id,
@@ -165,7 +165,7 @@ def _engine_job(key: str, row: tuple[Any, ...], quota: str, replicas: tuple[tupl
         grace_seconds,
         beneficiary_id,
         evicted_at,
-    ) = row[: len(_ENGINE_JOB_COLUMNS)]
+    ) = row[: len(ENGINE_JOB_COLUMNS)]
     return engine.Job(
         id=key,
         quota=quota,
@@ -180,7 +180,7 @@ def _engine_job(key: str, row: tuple[Any, ...], quota: str, replicas: tuple[tupl
         state=state,
         started_at=_epoch(started_at),
         placements=tuple(
-            engine.ReplicaPlacement(node=node, devices=_devices(devices), fraction=fraction)
+            engine.ReplicaPlacement(node=node, devices=stored_devices(devices), fraction=fraction)
             for node, devices, fraction in replicas
         ),
         grace_seconds=grace_seconds,
@@ -190,9 +190,9 @@ def _engine_job(key: str, row: tuple[Any, ...], quota: str, replicas: tuple[tupl
     )
 
 
-def _engine_quotas() -> tuple[dict[int, str], list[engine.Quota]]:
+def engine_quotas() -> tuple[dict[int, str], list[engine.Quota]]:
     """The quota tree as the engine takes it, in one query; and each quota's name by id."""
-    quota_rows = _raw_rows(
+    quota_rows = raw_rows(
         Quota.objects.order_by("id").values_list(
             "id",
             "name",
@@ -261,7 +261,7 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
 
     nodes: list[engine.Node] = []
     node_names: dict[int, str] = {}
-    node_rows = _raw_rows(Node.objects.order_by("id").values_list("id", "name", "gpus", "cpu", "memory_gib", "state"))
+    node_rows = raw_rows(Node.objects.order_by("id").values_list("id", "name", "gpus", "cpu", "memory_gib", "state"))
     for node_id, name, gpus, cpu, memory_gib, state in node_rows:
         nodes.append(
             engine.Node(
@@ -278,19 +278,19 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
         node_names[node_id] = name
         index.node_ids[name] = node_id
 
-    quota_names, quotas = _engine_quotas()
+    quota_names, quotas = engine_quotas()
     index.quota_ids = {name: quota_id for quota_id, name in quota_names.items()}
 
-    job_rows = _raw_rows(
+    job_rows = raw_rows(
         Job.objects.filter(state__in=ACTIVE_STATES)
         .order_by("submitted_at", "id")
-        .annotate(submitted=_Moment("submitted_at"), started=_Moment("started_at"), evicted=_Moment("evicted_at"))
-        .values_list(*_ENGINE_JOB_COLUMNS, "name", "requeue", "revision", "reason_code", "reason_message", "position")
+        .annotate(submitted=Moment("submitted_at"), started=Moment("started_at"), evicted=Moment("evicted_at"))
+        .values_list(*ENGINE_JOB_COLUMNS, "name", "requeue", "revision", "reason_code", "reason_message", "position")
     )
     # Per holding job, its replicas as read: (node name, devices as stored, fraction).
     held: dict[int, list[tuple[str, Any, float]]] = defaultdict(list)
-    if any(row[_STATE] in HOLDING_STATES for row in job_rows):
-        placement_rows = _raw_rows(
+    if any(row[STATE_AT] in HOLDING_STATES for row in job_rows):
+        placement_rows = raw_rows(
             ReplicaPlacementRecord.objects.filter(job__state__in=HOLDING_STATES)
             .order_by("job_id", "id")
             .values_list("job_id", "node_id", "devices", "fraction")
@@ -303,7 +303,7 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
     seen_jobs = index.jobs
     built = _engine_jobs.built
     kept: dict[tuple[Any, ...], engine.Job] = {}
-    width = len(_ENGINE_JOB_COLUMNS)
+    width = len(ENGINE_JOB_COLUMNS)
     for row in job_rows:
         pk = row[0]
         key = str(pk)  # job_key, inlined: this loop runs once per active job
@@ -311,22 +311,22 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
         seen_jobs[key] = JobSeen(
             pk=pk,
             name=name,
-            state=row[_STATE],
+            state=row[STATE_AT],
             revision=revision,
-            quota_id=row[_QUOTA_ID],
-            gpus=row[_GPUS],
-            grace_seconds=row[_GRACE_SECONDS],
+            quota_id=row[QUOTA_ID_AT],
+            gpus=row[GPUS_AT],
+            grace_seconds=row[GRACE_SECONDS_AT],
             requeue=bool(requeue),
             reason_code=reason_code,
             reason_message=reason_message,
             position=position,
         )
-        quota = quota_names[row[_QUOTA_ID]]
+        quota = quota_names[row[QUOTA_ID_AT]]
         replicas = tuple(held[pk]) if pk in held else ()
         identity = (*row[:width], quota, replicas)
         job = built.get(identity)
         if job is None:
-            job = _engine_job(key, row, quota, replicas)
+            job = engine_job(key, row, quota, replicas)
         kept[identity] = job
         jobs.append(job)
     _engine_jobs.built = kept
@@ -341,11 +341,11 @@ def held_devices() -> tuple[dict[int, tuple[int, str]], list[tuple[int, int, tup
     """Every node's GPUs and state, and every held replica (job id, node id, devices,
     fraction): the devices as the caller's transaction sees them right now."""
     nodes = {
-        node_id: (gpus, state) for node_id, gpus, state in _raw_rows(Node.objects.values_list("id", "gpus", "state"))
+        node_id: (gpus, state) for node_id, gpus, state in raw_rows(Node.objects.values_list("id", "gpus", "state"))
     }
     held = [
-        (job_id, node_id, _devices(devices), fraction)
-        for job_id, node_id, devices, fraction in _raw_rows(
+        (job_id, node_id, stored_devices(devices), fraction)
+        for job_id, node_id, devices, fraction in raw_rows(
             ReplicaPlacementRecord.objects.filter(job__state__in=HOLDING_STATES).values_list(
                 "job_id", "node_id", "devices", "fraction"
             )
