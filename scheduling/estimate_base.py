@@ -26,16 +26,21 @@ from scheduling.snapshot import (
     engine_job,
     job_key,
     raw_rows,
+    read_nodes_and_quotas,
 )
-
-# --- the Submit job estimate's snapshot ---------------------------------------------------------
 
 # How long one full read of the cluster may serve the estimates after it. A person typing into
 # Submit job asks for an estimate every few hundred milliseconds; reading 10,000 jobs for each
 # costs more than the engine run itself (docs/benchmarks.md, issue 11). In between, the jobs
 # that changed are read again (a job's `revision` goes up on every change of state or
-# allocation), and any other audited change (a quota, a node) reads everything again.
+# allocation); after audited changes of quotas and nodes only, the nodes and the quota tree are
+# read again (a few thousand rows) and the jobs kept; any other audited change (a workspace, a
+# user, a pool) reads everything again.
 ESTIMATE_SNAPSHOT_SECONDS = 10.0
+
+# Audited changes that touch only what `read_nodes_and_quotas` reads, so long as no node or quota
+# a kept job names was renamed or deleted (`_with_nodes_and_quotas_read_again` checks).
+_NODE_AND_QUOTA_CHANGES = frozenset({"node", "quota"})
 
 
 @dataclass(slots=True)
@@ -57,6 +62,57 @@ def _other_changes() -> Any:
     from quotas.models import AuditRecord
 
     return AuditRecord.objects.exclude(object_type="job").order_by("-id").values_list("id", "at").first()
+
+
+def _only_nodes_and_quotas_changed(since: Any, newest: Any) -> bool:
+    """Whether every audited change after `since` (up to `newest`, both `_other_changes`) is a
+    node's or a quota's, in the database `since` was read from: its record is still there, at
+    the same time (a test's fresh database reuses the numbers)."""
+    from quotas.models import AuditRecord
+
+    if since is None or newest is None:
+        return False
+    since_id, since_at = since
+    records = (
+        AuditRecord.objects.exclude(object_type="job")
+        .filter(id__gte=since_id, id__lte=newest[0])
+        .values_list("id", "at", "object_type")
+    )
+    kinds: set[str] = set()
+    still_there = False
+    for record_id, at, kind in records:
+        if record_id == since_id:
+            still_there = at == since_at
+        else:
+            kinds.add(kind)
+    return still_there and kinds <= _NODE_AND_QUOTA_CHANGES
+
+
+def _with_nodes_and_quotas_read_again(base: _EstimateBase, *, other_changes: Any) -> _EstimateBase | None:
+    """`base` with the fence, the pool, the nodes and the quota tree read again and its jobs kept;
+    None when a node or quota the kept jobs may name was renamed or deleted (their engine jobs
+    carry the names, so they are read again in full)."""
+    frame = read_nodes_and_quotas()
+    node_ids = {name: node_id for node_id, name in frame.node_names.items()}
+    quota_ids = {name: quota_id for quota_id, name in frame.quota_names.items()}
+    if not (base.index.node_ids.items() <= node_ids.items() and base.index.quota_ids.items() <= quota_ids.items()):
+        return None
+    index = SnapshotIndex(
+        jobs=base.index.jobs,
+        node_ids=node_ids,
+        quota_ids=quota_ids,
+        fence_token=frame.fence_token,
+        fence_generation=frame.fence_generation,
+    )
+    snapshot = replace(base.snapshot, nodes=tuple(frame.nodes), quotas=tuple(frame.quotas), placement=frame.placement)
+    return _EstimateBase(
+        other_changes=other_changes,
+        built_at=base.built_at,
+        snapshot=snapshot,
+        index=index,
+        revisions=base.revisions,
+        by_pk=base.by_pk,
+    )
 
 
 def _full_estimate_base(now: datetime, *, leaving_out: str, other_changes: Any) -> _EstimateBase:
@@ -147,8 +203,9 @@ def estimate_snapshot(now: datetime, *, job_pk: int) -> tuple[engine.Snapshot, S
     """`build_snapshot` for a dry-run submit of the (saved, to be rolled back) job `job_pk`.
 
     The cluster is read in full at most every SCHEDULER_ESTIMATE_SNAPSHOT_SECONDS (default
-    ESTIMATE_SNAPSHOT_SECONDS) and whenever an audited change other than a job's happened; in
-    between only the live jobs that changed are read again. The job itself is read every time
+    ESTIMATE_SNAPSHOT_SECONDS) and whenever an audited change other than a node's or a quota's
+    happened; after those, the nodes and quotas are read again. In between only the live jobs
+    that changed are read again. The job itself is read every time
     and goes last, as the newest submission does in `build_snapshot`'s order. An estimate is a
     forecast, and the submission it precedes meets a fresh cycle.
     """
@@ -156,7 +213,14 @@ def estimate_snapshot(now: datetime, *, job_pk: int) -> tuple[engine.Snapshot, S
     other_changes = _other_changes()
     base = _estimate_base.get("cluster")
     reuse_for = float(getattr(settings, "SCHEDULER_ESTIMATE_SNAPSHOT_SECONDS", ESTIMATE_SNAPSHOT_SECONDS))
-    if base is None or base.other_changes != other_changes or time.monotonic() - base.built_at > reuse_for:
+    if base is not None and time.monotonic() - base.built_at > reuse_for:
+        base = None
+    if base is not None and base.other_changes != other_changes:
+        if _only_nodes_and_quotas_changed(base.other_changes, other_changes):
+            base = _with_nodes_and_quotas_read_again(base, other_changes=other_changes)
+        else:
+            base = None
+    if base is None:
         base = _full_estimate_base(now, leaving_out=key, other_changes=other_changes)
     else:
         base = _refreshed_estimate_base(base, leaving_out=job_pk)

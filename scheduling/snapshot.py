@@ -245,16 +245,23 @@ def engine_quotas() -> tuple[dict[int, str], list[engine.Quota]]:
     return quota_names, quotas
 
 
-def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
-    """The cluster as the engine sees it: ready and down nodes, the quota tree, the active jobs.
+class NodesAndQuotas(NamedTuple):
+    """What a snapshot reads besides the jobs: the fence, the pool's placement policy, the nodes
+    and the quota tree (a few thousand rows at most; the jobs are the bulk)."""
 
-    The fence is read first: a cycle that commits after this read makes the snapshot stale, and
-    the commit then refuses it (see scheduling.cycle).
-    """
-    index = SnapshotIndex()
+    fence_token: int
+    fence_generation: int
+    placement: str
+    nodes: list[engine.Node]
+    node_names: dict[int, str]
+    quota_names: dict[int, str]
+    quotas: list[engine.Quota]
+
+
+def read_nodes_and_quotas() -> NodesAndQuotas:
+    """The fence first (see `build_snapshot`), then the pool, the nodes and the quotas, in four queries."""
     fence = SchedulerFence.objects.filter(pk=SchedulerFence.SINGLETON_ID).values_list("token", "generation").first()
-    if fence is not None:
-        index.fence_token, index.fence_generation = fence
+    fence_token, fence_generation = fence if fence is not None else (0, 0)
 
     pool = ResourcePool.objects.order_by("id").values_list("placement", flat=True).first()
     placement = pool if pool is not None else engine_types.PACK
@@ -276,10 +283,25 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
             )
         )
         node_names[node_id] = name
-        index.node_ids[name] = node_id
 
     quota_names, quotas = engine_quotas()
-    index.quota_ids = {name: quota_id for quota_id, name in quota_names.items()}
+    return NodesAndQuotas(fence_token, fence_generation, placement, nodes, node_names, quota_names, quotas)
+
+
+def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
+    """The cluster as the engine sees it: ready and down nodes, the quota tree, the active jobs.
+
+    The fence is read first: a cycle that commits after this read makes the snapshot stale, and
+    the commit then refuses it (see scheduling.cycle).
+    """
+    frame = read_nodes_and_quotas()
+    node_names, quota_names = frame.node_names, frame.quota_names
+    index = SnapshotIndex(
+        node_ids={name: node_id for node_id, name in node_names.items()},
+        quota_ids={name: quota_id for quota_id, name in quota_names.items()},
+        fence_token=frame.fence_token,
+        fence_generation=frame.fence_generation,
+    )
 
     job_rows = raw_rows(
         Job.objects.filter(state__in=ACTIVE_STATES)
@@ -332,7 +354,11 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
     _engine_jobs.built = kept
 
     snapshot = engine.Snapshot(
-        nodes=tuple(nodes), quotas=tuple(quotas), jobs=tuple(jobs), now=now.timestamp(), placement=placement
+        nodes=tuple(frame.nodes),
+        quotas=tuple(frame.quotas),
+        jobs=tuple(jobs),
+        now=now.timestamp(),
+        placement=frame.placement,
     )
     return snapshot, index
 
