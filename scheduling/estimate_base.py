@@ -34,8 +34,8 @@ from scheduling.snapshot import (
 # costs more than the engine run itself (docs/benchmarks.md, issue 11). In between, the jobs
 # that changed are read again (a job's `revision` goes up on every change of state or
 # allocation); after audited changes of quotas and nodes only, the nodes and the quota tree are
-# read again (a few thousand rows) and the jobs kept; any other audited change (a workspace, a
-# user, a pool) reads everything again.
+# read again (a few thousand rows) and the jobs kept; any other audited change (a workspace's, a
+# user's) reads everything again.
 ESTIMATE_SNAPSHOT_SECONDS = 10.0
 
 # Audited changes that touch only what `read_nodes_and_quotas` reads, so long as no node or quota
@@ -205,9 +205,9 @@ def estimate_snapshot(now: datetime, *, job_pk: int) -> tuple[engine.Snapshot, S
     The cluster is read in full at most every SCHEDULER_ESTIMATE_SNAPSHOT_SECONDS (default
     ESTIMATE_SNAPSHOT_SECONDS) and whenever an audited change other than a node's or a quota's
     happened; after those, the nodes and quotas are read again. In between only the live jobs
-    that changed are read again. The job itself is read every time
-    and goes last, as the newest submission does in `build_snapshot`'s order. An estimate is a
-    forecast, and the submission it precedes meets a fresh cycle.
+    that changed are read again. The job itself is read every time and goes last, as the newest
+    submission does in `build_snapshot`'s order. An estimate is a forecast, and the submission it
+    precedes meets a fresh cycle.
     """
     key = job_key(job_pk)
     other_changes = _other_changes()
