@@ -6,9 +6,9 @@
    S3 quota tree (1,110 quotas), 10,000 jobs (5,000 running with their placements, 5,000
    pending; benchmarks/engine.py's `cluster`). A developer of one workspace POSTs the Submit job
    form to /jobs/new/estimate/ with Django's test Client: the view, the dry-run submit (checks,
-   snapshot, engine, rollback) and the template, as the browser's htmx request gets it. Three
-   cases: nothing changed since the last estimate, ten jobs changed (a cycle ran), and the
-   cluster read in full for each estimate.
+   snapshot, engine, rollback) and the template, as the browser's htmx request gets it. Four
+   cases: nothing changed since the last estimate, ten jobs changed (a cycle ran), a quota
+   changed (its nodes and quotas read again), and the cluster read in full for each estimate.
 2. **Jobs page** (target: median < 200 ms, constant queries): GET /jobs/ as a member of 1 of
    100 workspaces holding 10,000 jobs (benchmarks/job_list.py's set-up), queries counted at
    1,000 and at 10,000 jobs.
@@ -45,6 +45,7 @@ from django.test.utils import CaptureQueriesContext, setup_test_environment  # n
 
 from benchmarks.engine import cluster  # noqa: E402
 from benchmarks.runtime_support import write_snapshot  # noqa: E402
+from quotas import services as quota_services  # noqa: E402
 from scheduling.cycle import ensure_fence  # noqa: E402
 from scheduling.models import ACTIVE_STATES, Job  # noqa: E402
 from workspaces import services as workspace_services  # noqa: E402
@@ -111,12 +112,21 @@ def estimate(repeat: int) -> None:
         # What a cycle that admits or evicts ten jobs leaves behind: their revisions move.
         Job.objects.filter(pk__in=rng.sample(live, 10)).update(revision=F("revision") + 1)
 
+    weights = iter([2.0, 1.0] * (repeat + 2))
+
+    def quota_changed() -> None:
+        # An administrator's audited change of a quota (its weight, back and forth): the nodes and
+        # the quota tree are read again, the jobs kept.
+        quota_services.update_quota(actor=None, quota=quota, weight=next(weights))
+
     # warm: a person changing one field after another while nothing else changes; after a cycle:
     # ten jobs changed since the last estimate (they are read again); full: the whole cluster
-    # read for every estimate (what the first estimate, or one after a quota or node change, costs).
+    # read for every estimate (what the first estimate, or one after any other audited change, a
+    # workspace's say, costs); after a quota change: see quota_changed.
     for label, reuse, before in (
         ("warm", 10.0, nothing),
         ("after a cycle moved 10 jobs", 10.0, ten_jobs_moved),
+        ("after a quota change", 10.0, quota_changed),
         ("full read", 0.0, nothing),
     ):
         settings.SCHEDULER_ESTIMATE_SNAPSHOT_SECONDS = reuse

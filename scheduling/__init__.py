@@ -3,7 +3,9 @@
 - `engine/`: the scheduler itself, plain Python; it imports only itself and the standard library.
 - `models`, `clock`, `lock`, `bulk`, `beat`, `history`: data and infrastructure.
 - `lifecycle`: a job's state transitions. `selectors`, `estimates`, `usage`, `agent_selectors`: reads,
-  shared by pages, API and consumers.
+  shared by pages, API and consumers; `snapshot` (the cycle's), `quota_figures`, `metrics_reads`,
+  `holders`, `invariants`, `estimate_base` (the estimate's snapshot): reads split out of `selectors`,
+  which re-exports their names.
 - `live`, `events`: what is published after commit. `triggers`: asks for a cycle, through the
   runners that `apps.SchedulingConfig.ready()` hands it (the cycle and the task sit above it).
 - `executors`: carry decisions out, through lifecycle and events (never services or the cycle).

@@ -24,7 +24,23 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("engine", frozenset({"engine"})),
     ("infrastructure", frozenset({"models", "migrations", "clock", "lock", "bulk", "beat", "history"})),
     ("lifecycle", frozenset({"lifecycle"})),
-    ("reads", frozenset({"selectors", "estimates", "usage", "agent_selectors"})),
+    (
+        "reads",
+        frozenset(
+            {
+                "selectors",
+                "snapshot",
+                "quota_figures",
+                "metrics_reads",
+                "holders",
+                "invariants",
+                "estimate_base",
+                "estimates",
+                "usage",
+                "agent_selectors",
+            }
+        ),
+    ),
     ("publication", frozenset({"live", "events"})),
     ("cycle requests", frozenset({"triggers"})),
     ("executors", frozenset({"executors"})),
