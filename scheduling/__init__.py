@@ -7,8 +7,10 @@
 - `live`, `events`: what is published after commit. `triggers`: asks for a cycle, through the
   runners that `apps.SchedulingConfig.ready()` hands it (the cycle and the task sit above it).
 - `executors`: carry decisions out, through lifecycle and events (never services or the cycle).
-- `cycle`: snapshot -> engine -> commit, then the executor acts. `services`, `agent_services` (the agents'
-  beats): writes, which trigger a cycle.
+- `commit_rows`, `commit`: the cycle's commit: the locked rows, the device checks and the bulk
+  writes; then one method per kind of decision over them.
+- `cycle`: lease and fence, snapshot -> engine -> commit, then the executor acts. `services`,
+  `agent_services` (the agents' beats): writes, which trigger a cycle.
 - `tasks`, `providers`, `simulate/`: entry points.
 - `api/`, `views`, `forms`, `templatetags/`, `admin`, `management/`: interfaces.
 """

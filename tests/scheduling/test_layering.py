@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("publication", frozenset({"live", "events"})),
     ("cycle requests", frozenset({"triggers"})),
     ("executors", frozenset({"executors"})),
+    ("commit", frozenset({"commit_rows", "commit"})),
     ("cycle", frozenset({"cycle"})),
     ("writes", frozenset({"services", "agent_services"})),
     ("entry points", frozenset({"tasks", "providers", "simulate"})),
