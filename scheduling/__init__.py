@@ -9,8 +9,10 @@
 - `executors`: carry decisions out, through lifecycle and events (never services or the cycle).
 - `commit_rows`, `commit`: the cycle's commit: the locked rows, the device checks and the bulk
   writes; then one method per kind of decision over them.
-- `cycle`: lease and fence, snapshot -> engine -> commit, then the executor acts. `services`,
-  `agent_services` (the agents' beats): writes, which trigger a cycle.
+- `cycle`: lease and fence, snapshot -> engine -> commit, then the executor acts.
+- Writes, which trigger a cycle: `submission`, `job_endings` (cancel, finish, fail, node down),
+  `manual_cycle`, over `job_writes` (the actor, the events after commit); `services` re-exports
+  their public names; `agent_services` (the agents' beats).
 - `tasks`, `providers`, `simulate/`: entry points.
 - `api/`, `views`, `forms`, `templatetags/`, `admin`, `management/`: interfaces.
 """

@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("executors", frozenset({"executors"})),
     ("commit", frozenset({"commit_rows", "commit"})),
     ("cycle", frozenset({"cycle"})),
-    ("writes", frozenset({"services", "agent_services"})),
+    ("writes", frozenset({"job_writes", "submission", "job_endings", "manual_cycle", "services", "agent_services"})),
     ("entry points", frozenset({"tasks", "providers", "simulate"})),
     ("interfaces", frozenset({"api", "views", "forms", "templatetags", "urls", "admin", "apps", "management"})),
 )

@@ -10,7 +10,7 @@ from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from quotas.models import AuditRecord
-from scheduling import services, triggers
+from scheduling import events, services, triggers
 from scheduling.clock import SimulatedClock, use_clock
 from scheduling.models import Job, JobEvent
 from scheduling.services import JobSubmission
@@ -185,7 +185,7 @@ def test_a_batch_asks_for_one_cycle_and_publishes_each_job(
     published: list[dict[str, Any]] = []
     monkeypatch.setattr(triggers, "request_cycle", lambda reason: requests.append(reason) or True)
     # One batch for the commit (its live topics are read back together), each job an event in it.
-    monkeypatch.setattr(services.events, "publish_many", lambda batch: published.extend(batch) or True)
+    monkeypatch.setattr(events, "publish_many", lambda batch: published.extend(batch) or True)
 
     with django_capture_on_commit_callbacks(execute=True):
         jobs = services.submit_jobs(actor=None, submissions=[submission(cluster, f) for f in SUBMISSIONS])
