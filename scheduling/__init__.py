@@ -1,7 +1,7 @@
 """Jobs and their scheduling. Imports point down this list, never up (tests/scheduling/test_layering.py):
 
 - `engine/`: the scheduler itself, plain Python; it imports only itself and the standard library.
-- `models`, `clock`, `lock`, `bulk`, `beat`, `history`: data and infrastructure.
+- `models`, `clock`, `lock`, `bulk`, `beat`, `history`, `gc_pauses`: data and infrastructure.
 - `lifecycle`: a job's state transitions. `selectors`, `estimates`, `usage`, `agent_selectors`: reads,
   shared by pages, API and consumers.
 - `live`, `events`: what is published after commit. `triggers`: asks for a cycle, through the

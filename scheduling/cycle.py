@@ -15,12 +15,9 @@ and the bulk writes of scheduling.commit_rows.
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -32,6 +29,7 @@ from django.db.models import F
 from scheduling import engine, events, history
 from scheduling.clock import get_clock
 from scheduling.commit import _Commit
+from scheduling.gc_pauses import without_collector_pauses
 from scheduling.lock import CycleLease, CycleLock, get_cycle_lock
 from scheduling.models import CycleRecord, Job, SchedulerFence
 from scheduling.selectors import SnapshotIndex, build_snapshot
@@ -156,27 +154,9 @@ def act_on(outcome: CycleOutcome) -> int:
     return executor.tick(get_clock().now())
 
 
-@contextmanager
-def _without_collector_pauses() -> Iterator[None]:
-    """Python's cyclic garbage collector paused for one cycle's decide and commit.
-
-    A cycle of S3 allocates a few hundred thousand short-lived objects on a heap that already
-    holds a snapshot of 15,000 jobs: the collector's full passes then landed inside the engine
-    and doubled some cycles (S3 engine: 84 ms median, 208 ms at worst; paused: 79 ms, 83 ms).
-    What the cycle leaves behind is collected once the collector runs again.
-    """
-    collecting = gc.isenabled()  # False inside a nested cycle: the outer one turns it back on
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
-
-
 def decide_and_commit(*, lease: CycleLease, trigger: str, now: datetime) -> CycleOutcome:
     """Snapshot, engine, commit; no executor. Callers hold `lease` (tests call this to force races)."""
-    with _without_collector_pauses():
+    with without_collector_pauses():
         return _decide_and_commit(lease=lease, trigger=trigger, now=now)
 
 

@@ -21,7 +21,7 @@ from quotas import audit, bounds
 from quotas.models import Quota
 from scheduling import engine, lifecycle, triggers
 from scheduling.clock import get_clock
-from scheduling.cycle import _without_collector_pauses
+from scheduling.gc_pauses import without_collector_pauses
 from scheduling.job_writes import Actor, _publish_on_commit
 from scheduling.models import KIND_DEFAULTS, Job, JobEvent, JobEventKind, JobKind
 from scheduling.selectors import estimate_snapshot, job_key, user_gpus_in_use
@@ -356,7 +356,7 @@ def _naming_job(error: ValidationError | PermissionDenied, label: str) -> Valida
 def _preview_submission(job: Job, now: Any) -> SubmitPreview:
     # The Submit job page asks this on every change: the cluster read is reused while nothing
     # changed (selectors.estimate_snapshot), and the collector pauses as for a real cycle.
-    with _without_collector_pauses():
+    with without_collector_pauses():
         snapshot, index = estimate_snapshot(now, job_pk=job.pk)
         result = engine.schedule(snapshot)
     key = job_key(job.pk)
