@@ -2,6 +2,9 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/test python benchmarks/runtime_cycle_s3.py
 
+The scratch database is `bench_runtime_cycle`, or BENCH_SCRATCH_DATABASE when set (two sessions
+on one server each name their own, or one drops the other's mid-run).
+
 S3 (benchmarks/engine.py): 1,000 nodes x 8 GPUs, 1,110 quotas, 10,000 pending jobs; measured
 twice: on an empty cluster (the first cycle admits thousands of jobs: the heaviest commit), and
 as the engine benchmark has it, with 5,000 jobs already running. The rows are written in bulk
@@ -37,6 +40,7 @@ from scheduling.models import Job, JobState  # noqa: E402
 from scheduling.selectors import build_snapshot  # noqa: E402
 
 TARGET_MS = 1000.0
+SCRATCH_DATABASE = os.environ.get("BENCH_SCRATCH_DATABASE", "bench_runtime_cycle")
 
 
 def measure(label: str, running: int, pending: int) -> None:
@@ -51,12 +55,14 @@ def measure(label: str, running: int, pending: int) -> None:
     result = engine.schedule(built)
     engine_ms = (time.perf_counter() - started) * 1000
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     first = run_cycle(trigger="benchmark")
     first_ms = (time.perf_counter() - started) * 1000
-    started = time.perf_counter()
+    first_cpu_ms = (time.process_time() - cpu_started) * 1000
+    started, cpu_started = time.perf_counter(), time.process_time()
     second = run_cycle(trigger="benchmark")
     second_ms = (time.perf_counter() - started) * 1000
+    second_cpu_ms = (time.process_time() - cpu_started) * 1000
     running_now = Job.objects.filter(state=JobState.RUNNING).count()
     print(
         f"\n{label}: {len(built.nodes)} nodes, {len(built.quotas)} quotas, {len(built.jobs)} jobs "
@@ -75,6 +81,8 @@ def measure(label: str, running: int, pending: int) -> None:
         f"  second cycle (steady): {second.duration_ms:.0f} ms snapshot+engine+commit, {second_ms:.0f} ms in all; "
         f"{len(second.decisions)} decisions (ratio {second.duration_ms / TARGET_MS:.2f})"
     )
+    # The CPU time of this process alone (not PostgreSQL's): steadier than wall time on a loaded machine.
+    print(f"  CPU of this process, with lock and executor: first {first_cpu_ms:.0f} ms, second {second_cpu_ms:.0f} ms")
     print(f"  jobs running after: {running_now}")
 
 
@@ -84,7 +92,7 @@ def main() -> None:
         sys.exit("Set DATABASE_URL to a PostgreSQL server (a scratch database is created next to it).")
     with override_settings(SCHEDULER_TRIGGER="none", SCHEDULER_PUBLISH_EVENTS=False, SCHEDULER_LOCK="postgres"):
         for label, running, pending in (("S3, empty cluster", 0, 10_000), ("S3 as the engine benchmark", 5000, 10_000)):
-            with scratch_postgres(url, "bench_runtime_cycle"):
+            with scratch_postgres(url, SCRATCH_DATABASE):
                 measure(label, running, pending)
 
 

@@ -1,7 +1,7 @@
 """Jobs and their scheduling. Imports point down this list, never up (tests/scheduling/test_layering.py):
 
 - `engine/`: the scheduler itself, plain Python; it imports only itself and the standard library.
-- `models`, `clock`, `lock`, `bulk`, `beat`, `history`: data and infrastructure.
+- `models`, `clock`, `lock`, `bulk`, `beat`, `history`, `gc_pauses`: data and infrastructure.
 - `lifecycle`: a job's state transitions. `selectors`, `estimates`, `usage`, `agent_selectors`: reads,
   shared by pages, API and consumers; `snapshot` (the cycle's), `quota_figures`, `metrics_reads`,
   `holders`, `invariants`, `estimate_base` (the estimate's snapshot): reads split out of `selectors`,
@@ -9,8 +9,12 @@
 - `live`, `events`: what is published after commit. `triggers`: asks for a cycle, through the
   runners that `apps.SchedulingConfig.ready()` hands it (the cycle and the task sit above it).
 - `executors`: carry decisions out, through lifecycle and events (never services or the cycle).
-- `cycle`: snapshot -> engine -> commit, then the executor acts. `services`, `agent_services` (the agents'
-  beats): writes, which trigger a cycle.
+- `commit_rows`, `commit`: the cycle's commit: the locked rows, the device checks and the bulk
+  writes; then one method per kind of decision over them.
+- `cycle`: lease and fence, snapshot -> engine -> commit, then the executor acts.
+- Writes, which trigger a cycle: `submission`, `job_endings` (cancel, finish, fail, node down),
+  `manual_cycle`, over `job_writes` (the actor, the events after commit); `services` re-exports
+  their public names; `agent_services` (the agents' beats).
 - `tasks`, `providers`, `simulate/`: entry points.
 - `api/`, `views`, `forms`, `templatetags/`, `admin`, `management/`: interfaces.
 """

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduling import cycle, engine, services, tasks
+from scheduling import commit, cycle, engine, services, tasks
 from scheduling.clock import get_clock
 from scheduling.cycle import decide_and_commit
 from scheduling.lock import CycleLease, RedisCycleLock, issue_token
@@ -101,15 +101,15 @@ def test_a_worker_killed_mid_commit_leaves_nothing_half_applied(
 ) -> None:
     cluster.submit("a", gpus=4)
     cluster.submit("b", "team-b", gpus=4)
-    real_flush = cycle._Commit._flush_admissions
+    real_flush = commit._Commit._flush_admissions
 
-    def dies_after_the_admissions(self: cycle._Commit) -> None:
+    def dies_after_the_admissions(self: commit._Commit) -> None:
         # The admissions (jobs, placements, events) are written; the reasons and the record are not.
         real_flush(self)
         assert Job.objects.filter(state=JobState.RUNNING).count() == 2
         raise SystemExit("worker killed")
 
-    monkeypatch.setattr(cycle._Commit, "_flush_admissions", dies_after_the_admissions)
+    monkeypatch.setattr(commit._Commit, "_flush_admissions", dies_after_the_admissions)
     with pytest.raises(SystemExit):
         services.run_cycle(trigger="doomed")
     assert Job.objects.filter(state=JobState.RUNNING).count() == 0

@@ -22,7 +22,7 @@ PACKAGE = ROOT / "scheduling"
 # Lowest first. A module may import modules of its own layer or of a layer below it.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("engine", frozenset({"engine"})),
-    ("infrastructure", frozenset({"models", "migrations", "clock", "lock", "bulk", "beat", "history"})),
+    ("infrastructure", frozenset({"models", "migrations", "clock", "lock", "bulk", "beat", "history", "gc_pauses"})),
     ("lifecycle", frozenset({"lifecycle"})),
     (
         "reads",
@@ -44,8 +44,9 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("publication", frozenset({"live", "events"})),
     ("cycle requests", frozenset({"triggers"})),
     ("executors", frozenset({"executors"})),
+    ("commit", frozenset({"commit_rows", "commit"})),
     ("cycle", frozenset({"cycle"})),
-    ("writes", frozenset({"services", "agent_services"})),
+    ("writes", frozenset({"job_writes", "submission", "job_endings", "manual_cycle", "services", "agent_services"})),
     ("entry points", frozenset({"tasks", "providers", "simulate"})),
     ("interfaces", frozenset({"api", "views", "forms", "templatetags", "urls", "admin", "apps", "management"})),
 )
@@ -154,6 +155,21 @@ def test_the_engine_session_imports_no_action() -> None:
 def test_selectors_do_not_import_executors() -> None:
     imports = edges()["scheduling.selectors"]
     assert not [m for m in imports if m.startswith("scheduling.executors")]
+
+
+def test_the_writes_import_only_the_cycles_public_names() -> None:
+    """A write asks for a cycle or runs one (`run_cycle`, `converge`); the commit and the cycle's
+    private helpers are the cycle's own business."""
+    writes = next(level for level, (label, _) in enumerate(LAYERS) if label == "writes")
+    found: list[str] = []
+    for name, targets in edges().items():
+        if layer_of(name) != writes:
+            continue
+        found.extend(f"{name} imports {imported}" for imported in targets if imported.startswith("scheduling.commit"))
+        for node in ast.walk(ast.parse(modules()[name].read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "scheduling.cycle":
+                found.extend(f"{name} imports cycle.{a.name}" for a in node.names if a.name.startswith("_"))
+    assert found == []
 
 
 def test_no_new_import_against_the_layers() -> None:

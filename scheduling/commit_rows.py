@@ -1,0 +1,253 @@
+"""What one cycle's commit works on: the job rows it locked, the devices as its transaction sees
+them, and the rows it writes in bulk (scheduling.commit decides, decision by decision, what goes
+into them).
+
+Every placement is checked here against the devices as the transaction sees them, so no GPU is
+ever double-booked whatever else raced; the locked rows make each check final, so the checked
+rows are written together, a few statements for all of them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from quotas.bounds import readable
+from quotas.models import NodeState
+from scheduling import bulk, engine
+from scheduling.models import Job, JobEvent, JobState, ReplicaPlacementRecord
+from scheduling.selectors import JobSeen, SnapshotIndex, held_devices
+
+# Room for float rounding when fractions add up to exactly one device.
+_EPSILON = 1e-9
+# Rows per bulk statement (reasons, admissions, the locking read): a few thousand parameters each.
+_BATCH = 1000
+
+Placement = tuple[int, tuple[int, ...], float]  # node id, devices, fraction
+
+_PLACEMENT_COLUMNS = ("job_id", "node_id", "devices", "fraction")
+_EVENT_COLUMNS = ("job_id", "kind", "at", "rule", "beneficiary_id", "message")
+
+
+@dataclass(slots=True)
+class _Applied:
+    admitted: int = 0
+    evicted: int = 0
+    pending: int = 0
+    skipped: int = 0
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    admitted_ids: list[int] = field(default_factory=list)
+    evicted_ids: list[int] = field(default_factory=list)
+
+
+class _CommitRows:
+    """The state of one commit and its row-level work; `_Commit` (scheduling.commit) applies the
+    decisions through it."""
+
+    def __init__(self, *, index: SnapshotIndex, now: datetime) -> None:
+        self.index = index
+        self.now = now
+        self.applied = _Applied()
+        self.node_names = {pk: name for name, pk in index.node_ids.items()}
+        self.used: dict[tuple[int, int], float] = defaultdict(float)
+        self.held: dict[int, list[Placement]] = defaultdict(list)
+        self.node_gpus: dict[int, int] = {}
+        self.node_state: dict[int, str] = {}
+        # Admissions are checked one by one, in the engine's order, against rows locked up front
+        # (`_lock_admissions`), and written together at the end (`_flush_admissions`).
+        self.current: dict[int, tuple[str, int]] = {}
+        self.admit_rows: list[tuple[int, int, float, int]] = []
+        self.releasing_rows: list[tuple[int, int, datetime, int | None]] = []
+        self.released_rows: list[tuple[Any, ...]] = []
+        # Rows for bulk.insert, in the order of _PLACEMENT_COLUMNS and _EVENT_COLUMNS.
+        self.new_placements: list[tuple[int, int, list[int], float]] = []
+        self.new_events: list[tuple[int, str, datetime, str, int | None, str]] = []
+        self.drained_to_queue = False
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def _seen(self, job_id: str, state: str) -> JobSeen | None:
+        seen = self.index.jobs.get(job_id)
+        if seen is None or seen.state != state:
+            self.applied.skipped += 1
+            return None
+        return seen
+
+    def _beneficiary(self, job_id: str | None) -> tuple[int | None, str | None]:
+        if job_id is None or job_id not in self.index.jobs:
+            return None, None
+        seen = self.index.jobs[job_id]
+        return seen.pk, seen.name
+
+    def _placements(self, replicas: tuple[engine.ReplicaPlacement, ...]) -> list[Placement] | None:
+        resolved: list[Placement] = []
+        for replica in replicas:
+            node_id = self.index.node_ids.get(replica.node)
+            if node_id is None:
+                return None
+            resolved.append((node_id, tuple(replica.devices), float(replica.fraction)))
+        return resolved
+
+    def _load_occupancy(self) -> None:
+        """The devices as this transaction sees them, after this cycle's own evictions and shrinks."""
+        nodes, held = held_devices()
+        for node_id, (gpus, state) in nodes.items():
+            self.node_gpus[node_id] = gpus
+            self.node_state[node_id] = state
+        for job_id, node_id, devices, fraction in held:
+            self._occupy(job_id, [(node_id, devices, fraction)], sign=1)
+
+    def _lock_jobs(self, result: engine.CycleResult, moves: set[str]) -> None:
+        """The state and revision, right now, of every job the result admits or evicts, their rows
+        locked (PostgreSQL) until the commit: a decision checked against them cannot lose a race,
+        so those decisions can be written together, a few statements for all of them."""
+        pks = sorted(
+            {
+                seen.pk
+                for d in result.decisions
+                if (isinstance(d, engine.Admit) or (isinstance(d, engine.Evict) and d.job_id not in moves))
+                and (seen := self.index.jobs.get(d.job_id)) is not None
+            }
+        )
+        for start in range(0, len(pks), _BATCH):
+            rows = (
+                Job.objects.select_for_update()
+                .filter(pk__in=pks[start : start + _BATCH])
+                .order_by("pk")
+                .values_list("pk", "state", "revision")
+            )
+            for pk, state, revision in rows:
+                self.current[pk] = (state, revision)
+
+    def _flush_evictions(self) -> None:
+        """Evicted jobs with a grace period become releasing; the others let go of their GPUs now."""
+        written = bulk.update_as_seen(
+            Job,
+            state=JobState.RUNNING,
+            columns=("release_at", "beneficiary_id"),
+            rows=self.releasing_rows,
+            fixed=(
+                ("state", "%s", (JobState.RELEASING,)),
+                ("revision", "revision + 1", ()),
+                ("evicted_at", "%s", (self.now,)),
+            ),
+        )
+        written += bulk.update_as_seen(
+            Job,
+            state=JobState.RUNNING,
+            columns=("state", "finished_at", "reason_code", "reason_message"),
+            rows=self.released_rows,
+            fixed=(
+                ("revision", "revision + 2", ()),
+                ("preemptions", "preemptions + 1", ()),
+                ("allocated_gpus", "0", ()),
+                ("running_replicas", "0", ()),
+                ("started_at", "NULL", ()),
+                ("evicted_at", "NULL", ()),
+                ("release_at", "NULL", ()),
+                ("beneficiary_id", "NULL", ()),
+                ("position", "NULL", ()),
+            ),
+        )
+        expected = len(self.releasing_rows) + len(self.released_rows)
+        if written != expected:
+            raise RuntimeError(f"evicted {written} of {expected} checked jobs; cycle rolled back")
+        released = [row[0] for row in self.released_rows]
+        for start in range(0, len(released), _BATCH):
+            ReplicaPlacementRecord.objects.filter(job_id__in=released[start : start + _BATCH]).delete()
+        bulk.insert(JobEvent, _EVENT_COLUMNS, self.new_events)
+        self.new_events = []
+
+    def _flush_admissions(self) -> None:
+        if not self.admit_rows:
+            return
+        written = bulk.update_as_seen(
+            Job,
+            state=JobState.PENDING,
+            columns=("allocated_gpus", "running_replicas"),
+            rows=self.admit_rows,
+            fixed=(
+                ("state", "%s", (JobState.RUNNING,)),
+                ("revision", "revision + 1", ()),
+                ("started_at", "%s", (self.now,)),
+                ("reason_code", "''", ()),
+                ("reason_message", "''", ()),
+                ("position", "NULL", ()),
+                ("beneficiary_id", "NULL", ()),
+                ("evicted_at", "NULL", ()),
+                ("release_at", "NULL", ()),
+            ),
+        )
+        if written != len(self.admit_rows):
+            # The rows were locked and checked; anything else is a bug: nothing of this cycle commits.
+            raise RuntimeError(f"admitted {written} of {len(self.admit_rows)} checked jobs; cycle rolled back")
+        bulk.insert(ReplicaPlacementRecord, _PLACEMENT_COLUMNS, self.new_placements)
+        bulk.insert(JobEvent, _EVENT_COLUMNS, self.new_events)
+        # A requeued victim names the job it was evicted for until that job starts, so that no one
+        # else takes the freed GPUs (SCHEDULING.md §5, no ping-pong); once it starts, the promise is
+        # kept and the victims queue like everyone else. The link is not part of a revision: only
+        # the engine reads it.
+        admitted = [job_pk for job_pk, *_rest in self.admit_rows]
+        for start in range(0, len(admitted), _BATCH):
+            Job.objects.filter(state=JobState.PENDING, beneficiary_id__in=admitted[start : start + _BATCH]).update(
+                beneficiary=None
+            )
+
+    def _occupy(self, job_pk: int, placements: list[Placement], *, sign: int) -> None:
+        for node_id, devices, fraction in placements:
+            share = fraction if fraction < 1 else 1.0
+            for device in devices:
+                self.used[(node_id, device)] += sign * share
+        if sign > 0:
+            self.held[job_pk].extend(placements)
+
+    def _conflict(self, placements: list[Placement]) -> str | None:
+        trial: dict[tuple[int, int], float] = defaultdict(float)
+        for node_id, devices, fraction in placements:
+            name = self.node_names.get(node_id, str(node_id))
+            if node_id not in self.node_gpus:
+                return f"node {name} no longer exists"
+            state = self.node_state[node_id]
+            if state != NodeState.READY:
+                # Changed since the snapshot: only a ready node takes new placements.
+                return f"node {name} is {'down' if state == NodeState.NOT_READY else state}"
+            if fraction < 1 and len(devices) != 1:
+                return f"a fractional replica needs exactly one device on {name}, got {list(devices)}"
+            share = fraction if fraction < 1 else 1.0
+            for device in devices:
+                if not 0 <= device < self.node_gpus[node_id]:
+                    return f"node {name} has no device {device}"
+                taken = self.used[(node_id, device)] + trial[(node_id, device)]
+                if taken + share > 1 + _EPSILON:
+                    return (
+                        f"device {name}/{device} is taken ({readable(taken)} of 1 used, {readable(share)} more asked)"
+                    )
+                trial[(node_id, device)] += share
+        return None
+
+    def _create_placements(self, job_pk: int, placements: list[Placement]) -> None:
+        bulk.insert(
+            ReplicaPlacementRecord,
+            _PLACEMENT_COLUMNS,
+            [(job_pk, node_id, list(devices), fraction) for node_id, devices, fraction in placements],
+        )
+
+    def _nodes(self, placements: list[Placement]) -> list[str]:
+        return sorted({self.node_names.get(node_id, str(node_id)) for node_id, _d, _f in placements})
+
+    def _write_reasons(self, result: engine.CycleResult, admitted_now: set[str]) -> None:
+        """Only reasons that changed since the snapshot are written, and only to jobs still pending
+        at the revision the snapshot saw: one statement per thousand rows."""
+        rows: list[tuple[int, int, str, str, int | None]] = []
+        for key, seen in self.index.jobs.items():
+            if seen.state != JobState.PENDING or key in admitted_now:
+                continue
+            reason = result.pending.get(key)
+            wanted = (reason.code, reason.message, reason.position) if reason else ("", "", None)
+            if wanted != (seen.reason_code, seen.reason_message, seen.position):
+                rows.append((seen.pk, seen.revision, *wanted))
+        bulk.update_as_seen(
+            Job, state=JobState.PENDING, columns=("reason_code", "reason_message", "position"), rows=rows
+        )
