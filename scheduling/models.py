@@ -253,6 +253,7 @@ class JobLog(models.Model):
     def __str__(self) -> str:
         return f"log of job {self.job_id}"
 
+
 class AllocationSample(models.Model):
     """A quota's GPU figures as a cycle left them, written only when one of them changed.
 

@@ -21,7 +21,15 @@ from scheduling.job_endings import (
 )
 from scheduling.job_writes import Actor
 from scheduling.manual_cycle import MANUAL_CYCLE_POLL_SECONDS, ManualCycle, run_cycle_now
-from scheduling.submission import JobShape, JobSubmission, SubmitPreview, submit_job, submit_jobs, validate_job_shape
+from scheduling.submission import (
+    JobShape,
+    JobSubmission,
+    SubmitPreview,
+    preview_submit_job,
+    submit_job,
+    submit_jobs,
+    validate_job_shape,
+)
 
 __all__ = [
     "MANUAL_CYCLE_POLL_SECONDS",
@@ -38,6 +46,7 @@ __all__ = [
     "finish_job",
     "is_final",
     "preview_cancel_job",
+    "preview_submit_job",
     "release_jobs_on_down_node",
     "run_cycle",
     "run_cycle_now",

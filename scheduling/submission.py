@@ -148,7 +148,7 @@ class JobShape:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobSubmission(JobShape):
-    """One job of `submit_jobs`: what `submit_job` takes besides the actor and `dry_run`."""
+    """One job of `submit_jobs`: what `submit_job` takes besides the actor."""
 
     workspace: Workspace
     quota: Quota
@@ -172,41 +172,52 @@ def submit_job(
     duration: float | None = None,
     grace_seconds: float = 0.0,
     requeue: bool = True,
-    dry_run: bool = False,
-) -> Job | SubmitPreview:
-    """Queue a job (a cycle follows on commit), or with `dry_run` say what the next cycle would do.
+) -> Job:
+    """Queue a job; a cycle follows on commit.
 
     `actor=None` is the scenario runner: no role or cap check, but the quota must be bound to
     the workspace.
     """
-    submission = JobSubmission(
-        workspace=workspace,
-        quota=quota,
-        name=name,
-        kind=kind,
-        gpus=gpus,
-        replicas=replicas,
-        min_replicas=min_replicas,
-        priority=priority,
-        preemptible=preemptible,
-        cpu=cpu,
-        memory_gib=memory_gib,
-        command=command,
-        duration=duration,
-        grace_seconds=grace_seconds,
-        requeue=requeue,
-    )
-    if not dry_run:
-        (job,) = _submit(actor, [submission], name_jobs=False)
-        return job
+    (job,) = _submit(actor, [_submission_of(locals())], name_jobs=False)
+    return job
+
+
+def preview_submit_job(
+    *,
+    actor: Actor,
+    workspace: Workspace,
+    quota: Quota,
+    name: str,
+    kind: str,
+    gpus: float,
+    replicas: int = 1,
+    min_replicas: int | None = None,
+    priority: int | None = None,
+    preemptible: bool | None = None,
+    cpu: float = 0.0,
+    memory_gib: float = 0.0,
+    command: str = "",
+    duration: float | None = None,
+    grace_seconds: float = 0.0,
+    requeue: bool = True,
+) -> SubmitPreview:
+    """What the next cycle would do with this job, were it submitted now: the same checks as
+    `submit_job`, then the job is saved and the scheduler asked inside a rolled-back transaction."""
+    submission = _submission_of(locals())
     now = get_clock().now()
     job = _new_job(actor, submission, now)
     with transaction.atomic():
-        _Admission(actor, [workspace]).check(job)
+        _Admission(actor, [submission.workspace]).check(job)
         job.save(force_insert=True)
         preview = _preview_submission(job, now)
         transaction.set_rollback(True)
     return preview
+
+
+def _submission_of(arguments: dict[str, Any]) -> JobSubmission:
+    # A single-job write's keyword arguments are JobSubmission's fields, besides the actor; the
+    # preview pattern's test keeps the two signatures equal.
+    return JobSubmission(**{name: value for name, value in arguments.items() if name != "actor"})
 
 
 def submit_jobs(*, actor: Actor, submissions: Sequence[JobSubmission]) -> list[Job]:

@@ -144,7 +144,7 @@ def _estimate(request: HttpRequest, form: SubmitJobForm) -> Estimate:
     if not submission["name"].strip():
         submission["name"] = ESTIMATE_NAME
     try:
-        preview = services.submit_job(actor=request.user, dry_run=True, **submission)
+        preview = services.preview_submit_job(actor=request.user, **submission)
     except ValidationError as refused:
         field_name, texts = next(iter(error_messages(refused).items()))
         return estimates.refused(texts[0], field_name)

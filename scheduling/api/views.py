@@ -101,10 +101,11 @@ class JobViewSet(
         quota = restrict(Quota.objects.filter(name=quota_name), request.user, "view").first()
         if quota is None:
             raise ValidationError({"quota": f"no quota named {quota_name!r} that you may use"})
-        outcome = services.submit_job(actor=request.user, workspace=workspace, quota=quota, **fields)
-        if isinstance(outcome, services.SubmitPreview):
-            return Response(outcome.as_dict(), status=status.HTTP_200_OK)
-        job = selectors.job_list().get(pk=outcome.pk)
+        if fields.pop("dry_run"):
+            preview = services.preview_submit_job(actor=request.user, workspace=workspace, quota=quota, **fields)
+            return Response(preview.as_dict(), status=status.HTTP_200_OK)
+        submitted_job = services.submit_job(actor=request.user, workspace=workspace, quota=quota, **fields)
+        job = selectors.job_list().get(pk=submitted_job.pk)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(

@@ -109,9 +109,7 @@ class SimulatedExecutor:
         due = list(
             Job.objects.filter(state=JobState.RELEASING, release_at__lte=now)
             .exclude(pk__in=_ON_AGENT_NODES)  # their agents report when the processes are gone
-            .values(
-                "id", "revision", "requeue", "grace_seconds"
-            )
+            .values("id", "revision", "requeue", "grace_seconds")
         )
         return self.release_rows(due, now)
 
@@ -160,9 +158,7 @@ class SimulatedExecutor:
         candidates = (
             Job.objects.filter(state=JobState.RUNNING, duration__isnull=False, started_at__isnull=False)
             .exclude(pk__in=_ON_AGENT_NODES)  # AGENT.md: a duration applies to simulated nodes only
-            .only(
-                "id", "revision", "started_at", "duration", *lifecycle.JOB_SUMMARY_FIELDS
-            )
+            .only("id", "revision", "started_at", "duration", *lifecycle.JOB_SUMMARY_FIELDS)
         )
         due = [
             job

@@ -227,19 +227,18 @@ def test_a_pending_job_cannot_finish_but_can_fail(cluster: Cluster) -> None:
 
 
 def test_a_dry_run_submission_says_what_would_happen_and_writes_nothing(cluster: Cluster) -> None:
-    preview = services.submit_job(
+    preview = services.preview_submit_job(
         actor=None,
         workspace=cluster.workspace,
         quota=cluster.quotas["team-a"],
         name="probe",
         kind="training",
         gpus=4,
-        dry_run=True,
     )
     assert isinstance(preview, services.SubmitPreview)
     assert preview.would_admit and preview.reason is None
     assert sum(len(p["devices"]) for p in preview.placements) == 4
-    too_big = services.submit_job(
+    too_big = services.preview_submit_job(
         actor=None,
         workspace=cluster.workspace,
         quota=cluster.quotas["team-a"],
@@ -247,7 +246,6 @@ def test_a_dry_run_submission_says_what_would_happen_and_writes_nothing(cluster:
         kind="training",
         gpus=8,
         replicas=3,
-        dry_run=True,
     )
     assert isinstance(too_big, services.SubmitPreview)
     assert not too_big.would_admit and too_big.reason is not None and too_big.reason["code"] == "exceeds_cluster"
