@@ -56,7 +56,7 @@ class _CommitRows:
         self.node_gpus: dict[int, int] = {}
         self.node_state: dict[int, str] = {}
         # Admissions are checked one by one, in the engine's order, against rows locked up front
-        # (`_lock_admissions`), and written together at the end (`_flush_admissions`).
+        # (`_lock_jobs`), and written together at the end (`_flush_admissions`).
         self.current: dict[int, tuple[str, int]] = {}
         self.admit_rows: list[tuple[int, int, float, int]] = []
         self.releasing_rows: list[tuple[int, int, datetime, int | None]] = []
