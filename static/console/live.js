@@ -82,6 +82,8 @@
           var match = fresh.querySelector('[data-live="' + CSS.escape(cell.dataset.live) + '"]');
           if (match) { cell.textContent = match.textContent; cell.className = match.className; }
         });
+        // Charts redraw from the fresh page's figures (charts.js).
+        document.dispatchEvent(new CustomEvent("live:resynced", { detail: { document: fresh } }));
       })
       .catch(function () { /* the page stays as it was; the socket's changes still apply */ })
       .then(function () {
@@ -92,9 +94,13 @@
       });
   }
 
+  var subscribed = {};   // the topics asked for on this socket
+
   function connect() {
     var wanted = topics();
     if (!wanted.length || stopped) { return; }
+    subscribed = {};
+    wanted.forEach(function (topic) { subscribed[topic] = true; });
     var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
     socket = new WebSocket(scheme + window.location.host + "/ws/live/");
     socket.addEventListener("open", function () {
@@ -130,6 +136,17 @@
       window.setTimeout(connect, wait + Math.random() * 500);
     });
   }
+
+  // Content swapped in by htmx (a quota's Monitoring tab) may name topics the page had not:
+  // subscribe to them on the open socket, or open one if the page had none.
+  document.addEventListener("htmx:afterSettle", function () {
+    if (stopped) { return; }
+    if (!socket) { if (!everOpen) { connect(); } return; }
+    var more = topics().filter(function (topic) { return !subscribed[topic]; });
+    if (!more.length || socket.readyState !== WebSocket.OPEN) { return; }
+    more.forEach(function (topic) { subscribed[topic] = true; });
+    socket.send(JSON.stringify({ subscribe: more }));
+  });
 
   document.addEventListener("DOMContentLoaded", connect);
 })();

@@ -1,0 +1,132 @@
+"""The charts' 1 h / 24 h / 7 d switch: the range in the URL, a bounded number of points per
+series at every range whatever the number of samples, bucket means weighted by time, and the
+"live" block a chart's script extends from."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.contrib.auth.models import AbstractUser
+
+from console import selectors
+from quotas.models import Quota
+from scheduling.clock import get_clock
+from scheduling.models import AllocationSample
+from scheduling.selectors import AllocationPoint
+from tests.console.conftest import quota_id
+from tests.console.test_quota_charts import figure
+from tests.console.test_quota_pages import client_as
+
+T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+
+
+def point(seconds: float, allocated: float, guaranteed: float = 8.0, fair_share: float = 8.0) -> AllocationPoint:
+    return AllocationPoint(T0 + timedelta(seconds=seconds), allocated, guaranteed, fair_share)
+
+
+def test_few_changes_are_drawn_as_exact_steps_ending_now() -> None:
+    history = {1: [point(0, 0), point(60, 8), point(90, 2)]}
+    series = selectors.allocation_series(history, since=T0, now=T0 + timedelta(seconds=120))
+    assert series is not None and not series.bucketed
+    assert [(moment - T0).total_seconds() for moment in series.moments] == [0, 60, 90, 120]
+    assert [figures[0] for figures in series.figures[1]] == [0, 8, 2, 2]
+
+
+def test_many_changes_are_bucketed_to_the_bound_with_time_weighted_means() -> None:
+    # A change every second for an hour: 8 GPUs on even seconds, 0 on odd ones.
+    history = {1: [point(second, 8.0 if second % 2 == 0 else 0.0) for second in range(3600)]}
+    now = T0 + timedelta(hours=1)
+    series = selectors.allocation_series(history, since=T0, now=now)
+    assert series is not None and series.bucketed
+    assert len(series.moments) == selectors.MAX_POINTS + 1
+    assert series.moments[0] == T0 and series.moments[-1] == now
+    means = [figures[0] for figures in series.figures[1][:-1]]
+    # Each 10 s bucket holds 8 half the time: a mean of 4, not whichever sample came last.
+    assert means == [4.0] * selectors.MAX_POINTS
+    assert series.figures[1][-1][0] == 0.0  # and where it is now: the last sample's figure
+
+
+def test_a_bucket_weights_each_figure_by_how_long_it_held() -> None:
+    history = {1: [point(0, 0)] + [point(second, 0) for second in range(1, 400)] + [point(3597.5, 8)]}
+    now = T0 + timedelta(hours=1)
+    series = selectors.allocation_series(history, since=T0, now=now)
+    assert series is not None and series.bucketed
+    # The last 10 s bucket: 0 for 7.5 s, then 8 for 2.5 s.
+    assert series.figures[1][-2][0] == 2.0
+    assert series.figures[1][-1][0] == 8.0
+
+
+def test_no_sample_no_series() -> None:
+    assert selectors.allocation_series({1: []}, since=T0, now=T0 + timedelta(hours=1)) is None
+
+
+@pytest.mark.parametrize(
+    "key, words", [("1h", "the last hour"), ("24h", "the last 24 hours"), ("7d", "the last 7 days")]
+)
+def test_the_range_comes_from_the_url(key: str, words: str) -> None:
+    assert selectors.chart_range(key).words == words
+
+
+@pytest.mark.parametrize("key", [None, "", "2h", "1H", "7d " * 100])
+def test_an_unknown_range_is_the_last_hour(key: str | None) -> None:
+    assert selectors.chart_range(key) == selectors.DEFAULT_RANGE
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("key", ["1h", "24h", "7d"])
+def test_every_range_returns_a_bounded_number_of_points(pai_world: dict[str, AbstractUser], key: str) -> None:
+    """A sample every 20 s for 7 days (30,240 samples) of Quota1.2: at most MAX_POINTS + 1
+    points per series at every range, on the Overview and on the Monitoring tab."""
+    team = Quota.objects.get(name="Quota1.2")
+    now = get_clock().now()
+    span = selectors.chart_range(key).span
+    AllocationSample.objects.bulk_create(
+        [
+            AllocationSample(
+                quota=team,
+                at=now - timedelta(days=7) + timedelta(seconds=20 * n),
+                allocated=n % 3,
+                guaranteed=20,
+                fair_share=20,
+            )
+            for n in range(7 * 24 * 180)
+        ],
+        batch_size=2000,
+    )
+    client = client_as(pai_world, "platform-admin")
+    page = client.get(f"/quotas/?view=overview&range={key}").content
+    area = figure(page, "quota-allocation")
+    for trace in area["data"]:
+        assert 2 <= len(trace["x"]) <= selectors.MAX_POINTS + 1
+        assert len(trace["y"]) == len(trace["x"])
+    band = next(trace for trace in area["data"] if trace["name"] == "Quota1.2")
+    if key == "1h":  # 180 changes in the hour: every one is drawn, as it was
+        assert set(band["y"]) == {0, 1, 2} and len(band["y"]) >= 180
+    else:  # 0, 1, 2 in turn, 20 s each: a mean of 1 in every bucket
+        assert band["y"][:-1] == pytest.approx([1.0] * selectors.MAX_POINTS, abs=0.07)
+    first = datetime.fromisoformat(area["data"][0]["x"][0]).replace(tzinfo=UTC)
+    assert abs((now - span) - first) < timedelta(seconds=10)  # the page reads the clock a moment later
+    assert area["live"]["range_seconds"] == span.total_seconds()
+    assert f'aria-current="page" data-range="{key}"'.encode() in page
+    monitoring = client.get(f"/quotas/{team.pk}/?tab=monitoring&range={key}", headers={"HX-Request": "true"}).content
+    lines = figure(monitoring, "quota-monitoring")["data"]
+    assert all(len(line["x"]) <= selectors.MAX_POINTS + 1 for line in lines)
+    assert f"over {selectors.chart_range(key).words}".encode() in monitoring
+
+
+@pytest.mark.django_db
+def test_the_live_block_says_what_the_script_extends(pai_world: dict[str, AbstractUser]) -> None:
+    client = client_as(pai_world, "platform-admin")
+    page = client.get("/quotas/?view=overview&range=not-a-range").content
+    assert b"Allocation over the last hour" in page
+    live = figure(page, "quota-allocation")["live"]
+    assert live["kind"] == "stacked" and live["max_points"] == selectors.LIVE_MAX_POINTS
+    root, first, second = quota_id("Quota1"), quota_id("Quota1.1"), quota_id("Quota1.2")
+    assert live["bands"] == [[[second, 1]], [[first, 1]], [[root, 1], [first, -1], [second, -1]]]
+    assert live["quotas"] == {str(root): [24, 32], str(first): [24, 12], str(second): [0, 20]}
+    # The table under the chart: Quota1.1 borrows 12 beyond its 12.
+    assert b'data-band="1" data-band-field="over">12<' in page
+    monitoring = client.get(f"/quotas/{first}/?tab=monitoring").content
+    assert figure(monitoring, "quota-monitoring")["live"]["figures"] == [24, 12, 24]
+    assert f'data-live="quota:{first}:allocated">24<'.encode() in monitoring
