@@ -152,7 +152,8 @@ MAX_POINTS = 360
 # of a change a second on the 1 h chart still shows its range before the oldest points go.
 LIVE_MAX_POINTS = 2 * MAX_POINTS + 2
 # Quota topics a live Overview subscribes to at most (the socket takes 250, LIVE_MAX_SUBSCRIPTIONS):
-# beyond it, a band summing many quotas holds its figure until the page is read again.
+# beyond it, a treemap box or a band summing many quotas holds its figure until the page is read
+# again.
 LIVE_MAX_TOPICS = 200
 # Quotas drawn as their own band in the stacked area; the rest are summed in one.
 _MAX_BANDS = 10
@@ -251,7 +252,11 @@ def quota_overview(*, rows: Sequence[QuotaTreeRow], now: datetime, span: ChartRa
     )
     status_of = {row["quota"].pk: row["status"] for row in rows}
     guarantee_of = {row["quota"].pk: float(row["quota"].gpus) for row in rows}
-    followed = sorted({quota_id for band in bands for quota_id, _sign in band.terms})[:LIVE_MAX_TOPICS]
+    # The bands' quotas first (the stacked area), then the other visible ones (the treemap's boxes).
+    in_bands = sorted({quota_id for band in bands for quota_id, _sign in band.terms})
+    banded = set(in_bands)
+    followed = [*in_bands, *(row["quota"].pk for row in rows if row["quota"].pk not in banded)]
+    followed = followed[:LIVE_MAX_TOPICS]
     return QuotaOverview(
         treemap=_treemap(rows),
         colour_scale=json.dumps(_USE_COLOURS),
@@ -326,7 +331,16 @@ def _treemap(rows: Sequence[QuotaTreeRow]) -> dict[str, Any]:
         },
         "pathbar": {"visible": True},
     }
-    return {"data": [trace], "layout": _base_layout(margin={"l": 4, "r": 4, "t": 28, "b": 4})}
+    # Each quota's allocated and guaranteed now: the script recolours a box when its quota's
+    # figures change (static/console/charts.js).
+    live = {
+        "kind": "treemap",
+        "ratio_cap": _RATIO_CAP,
+        "quotas": {
+            str(row["quota"].pk): [round(row["status"]["allocated"], 3), float(row["quota"].gpus)] for row in rows
+        },
+    }
+    return {"data": [trace], "layout": _base_layout(margin={"l": 4, "r": 4, "t": 28, "b": 4}), "live": live}
 
 
 @dataclass(frozen=True, slots=True)

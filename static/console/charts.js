@@ -85,7 +85,7 @@
   }
 
   function follow(element, live) {
-    var now = Date.parse(live.now.replace(" ", "T") + "Z");
+    var now = live.now ? Date.parse(live.now.replace(" ", "T") + "Z") : NaN;
     element._live = {
       spec: live,
       offset: isNaN(now) ? 0 : now - Date.now(),
@@ -128,9 +128,41 @@
     });
   }
 
+  function readable(value) { return rounded(value).toLocaleString("en-US", { maximumFractionDigits: 3 }); }
+
+  // The treemap: each box whose quota's figures changed is recoloured (allocated ÷ guaranteed)
+  // and relabelled, and the sentence under it names the quotas over their guarantee now.
+  function recolour(element, state) {
+    var touched = false;
+    Object.keys(heard).forEach(function (id) {
+      if (id in state.quotas) { state.quotas[id] = [heard[id].allocated, heard[id].guaranteed, heard[id].fair_share]; touched = true; }
+    });
+    if (!touched) { return; }
+    var trace = element.data[0];
+    var cap = state.spec.ratio_cap;
+    var colours = [], custom = [], over = [];
+    trace.ids.forEach(function (id, index) {
+      var figures = state.quotas[id];
+      var allocated = figures[0], guaranteed = figures[1];
+      var ratio = guaranteed > 0 ? Math.min(allocated / guaranteed, cap) : (allocated > 0 ? cap : 0);
+      colours.push(rounded(ratio));
+      var was = trace.customdata[index];
+      custom.push([readable(allocated), was[1], figures.length > 2 ? readable(figures[2]) : was[2]]);
+      if (allocated > guaranteed + 1e-9) { over.push(trace.labels[index] + " (" + readable(allocated) + " of " + readable(guaranteed) + " GPUs)"); }
+    });
+    window.Plotly.restyle(element, { "marker.colors": [colours], customdata: [custom] }, [0]);
+    var sentence = document.querySelector("[data-testid='over-quota']");
+    if (sentence) {
+      sentence.textContent = over.length ? "Over quota now: " + over.join(", ") + "." : "No quota is over its guarantee now.";
+      sentence.classList.toggle("muted", !over.length);
+    }
+    element.dataset.extended = String((parseInt(element.dataset.extended, 10) || 0) + 1);
+  }
+
   function extend(element) {
     var state = element._live;
     if (!state || element.dataset.ready !== "true" || !window.Plotly) { return; }
+    if (state.spec.kind === "treemap") { recolour(element, state); return; }
     var values;
     if (state.spec.kind === "stacked") {
       var touched = false;
@@ -153,7 +185,10 @@
     var xs = [], ys = [], indices = [];
     values.forEach(function (value, index) { xs.push([moment]); ys.push([value]); indices.push(index); });
     window.Plotly.extendTraces(element, { x: xs, y: ys }, indices, state.spec.max_points);
-    window.Plotly.relayout(element, { "xaxis.range": [serverTime(at - state.spec.range_seconds * 1000), moment] });
+    // The range ends now; it starts where the data does while that is younger than the range.
+    var first = Date.parse(String(element.data[0].x[0]).replace(" ", "T") + "Z");
+    var start = Math.max(at - state.spec.range_seconds * 1000, isNaN(first) ? -Infinity : first);
+    window.Plotly.relayout(element, { "xaxis.range": [serverTime(start), moment] });
     element.dataset.extended = String((parseInt(element.dataset.extended, 10) || 0) + 1);
   }
 

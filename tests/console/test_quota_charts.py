@@ -42,6 +42,9 @@ def test_the_overview_has_a_treemap_of_guarantees_coloured_by_use(pai_world: dic
     assert treemap["parents"][treemap["labels"].index("Quota1.1")] == str(quota_id("Quota1"))
     assert b"Over quota now:" in page and b"Quota1.1 (24 of 12 GPUs)" in page
     assert b'data-testid="quota-row"' not in page  # the table is the List view's
+    # What the page's script recolours a box from when its quota's figures change.
+    live = figure(page, "quota-treemap")["live"]
+    assert live["kind"] == "treemap" and live["quotas"][str(quota_id("Quota1.1"))] == [24, 12]
 
 
 def test_the_overview_stacks_allocation_under_the_single_root(pai_world: dict[str, AbstractUser]) -> None:
