@@ -7,12 +7,12 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from itertools import pairwise
 from typing import Any, NamedTuple, TypedDict
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.contrib.sessions.models import Session
-from django.db.models import Count, Q, Sum
+from django.db import connection
+from django.db.models import Count, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
 from quotas import selectors as quota_selectors
@@ -21,7 +21,7 @@ from quotas.hooks import QuotaStatus
 from quotas.models import Node, NodeState, Quota
 from quotas.selectors import QuotaTreeRow
 from scheduling import selectors as scheduling_selectors
-from scheduling.models import HOLDING_STATES, Job, JobState
+from scheduling.models import HOLDING_STATES, AllocationSample, Job, JobState
 from scheduling.selectors import AllocationPoint
 
 
@@ -145,8 +145,9 @@ CHART_RANGES: tuple[ChartRange, ...] = (
 )
 DEFAULT_RANGE = CHART_RANGES[0]
 # Points per series at every range, whatever the number of samples in it: a window with more
-# changes than this is cut into this many equal buckets, each the time-weighted mean of the
-# figure over it (10 s at 1 h, 4 min at 24 h, 28 min at 7 d); one more point says where it is now.
+# samples than this is cut into this many equal buckets, each the time-weighted mean of the
+# figure over it (10 s at 1 h, 4 min at 24 h, 28 min at 7 d), summed by the database; one more
+# point says where it is now.
 MAX_POINTS = 360
 # How many points a live chart keeps while extended: the server's bound twice over, so an hour
 # of a change a second on the 1 h chart still shows its range before the oldest points go.
@@ -247,8 +248,8 @@ def quota_overview(*, rows: Sequence[QuotaTreeRow], now: datetime, span: ChartRa
     number of quotas: the treemap needs no history, and the area chart stacks one level only."""
     bands = _stacked_level(rows)
     since = now - span.span
-    history = scheduling_selectors.allocation_history(
-        quota_ids=[quota_id for band in bands for quota_id, _sign in band.terms], since=since
+    series = quota_allocation_series(
+        quota_ids=[quota_id for band in bands for quota_id, _sign in band.terms], since=since, now=now
     )
     status_of = {row["quota"].pk: row["status"] for row in rows}
     guarantee_of = {row["quota"].pk: float(row["quota"].gpus) for row in rows}
@@ -261,7 +262,7 @@ def quota_overview(*, rows: Sequence[QuotaTreeRow], now: datetime, span: ChartRa
         treemap=_treemap(rows),
         colour_scale=json.dumps(_USE_COLOURS),
         ratio_cap=_RATIO_CAP,
-        allocation=_stacked_area(bands, history, since=since, now=now, span=span),
+        allocation=_stacked_area(bands, series, now=now, span=span),
         over_quota=[
             OverQuota(name=row["quota"].name, allocated=row["status"]["allocated"], guaranteed=row["quota"].gpus)
             for row in rows
@@ -396,29 +397,82 @@ def _held_at(points: Sequence[AllocationPoint], moments: Sequence[datetime]) -> 
     return values
 
 
-def _bucket_means(points: Sequence[AllocationPoint], edges: Sequence[datetime]) -> list[Figures]:
-    """The time-weighted mean of the held figures over each bucket [edges[n], edges[n+1]):
-    a quota at 8 GPUs for half a bucket and 0 for the rest reads 4, not whichever sample came last."""
-    means: list[Figures] = []
-    index, current = 0, _NONE
-    for low, high in pairwise(edges):
-        while index < len(points) and points[index].at <= low:
-            current = _figures(points[index])
-            index += 1
-        sums = [0.0, 0.0, 0.0]
-        cursor = low
-        while index < len(points) and points[index].at < high:
-            weight = (points[index].at - cursor).total_seconds()
-            sums = [total + value * weight for total, value in zip(sums, current, strict=True)]
-            cursor, current = points[index].at, _figures(points[index])
-            index += 1
-        weight = (high - cursor).total_seconds()
-        width = (high - low).total_seconds()
-        allocated, guaranteed, fair_share = (
-            (total + value * weight) / width for total, value in zip(sums, current, strict=True)
-        )
-        means.append((round(allocated, 3), round(guaranteed, 3), round(fair_share, 3)))
-    return means
+# The bucket sums of AllocationSample, computed by the database: each sample weighted by how long
+# it held inside its bucket (until the next sample or the bucket's end, whichever comes first),
+# and per bucket its first moment and its last sample's figures (which hold into what follows).
+# Only the epoch and the floor differ between the two databases.
+_EPOCH = {
+    "sqlite": "((julianday(at) - 2440587.5) * 86400.0)",
+    "postgresql": "EXTRACT(EPOCH FROM at)",
+}
+_FLOOR = {"sqlite": "CAST({} AS INTEGER)", "postgresql": "FLOOR({})"}
+_BUCKET_SQL = """
+SELECT quota_id, bucket,
+       SUM(allocated * (CASE WHEN t_next < bucket_end THEN t_next ELSE bucket_end END - t)),
+       SUM(guaranteed * (CASE WHEN t_next < bucket_end THEN t_next ELSE bucket_end END - t)),
+       SUM(fair_share * (CASE WHEN t_next < bucket_end THEN t_next ELSE bucket_end END - t)),
+       MIN(t),
+       MAX(CASE WHEN last_first = 1 THEN allocated END),
+       MAX(CASE WHEN last_first = 1 THEN guaranteed END),
+       MAX(CASE WHEN last_first = 1 THEN fair_share END)
+FROM (
+    SELECT quota_id, allocated, guaranteed, fair_share, t, bucket, %s + (bucket + 1) * %s AS bucket_end,
+           COALESCE(LEAD(t) OVER (PARTITION BY quota_id ORDER BY at, id), %s) AS t_next,
+           ROW_NUMBER() OVER (PARTITION BY quota_id, bucket ORDER BY at DESC, id DESC) AS last_first
+    FROM (
+        SELECT id, quota_id, at, allocated, guaranteed, fair_share, {epoch} AS t,
+               {floor} AS bucket
+        FROM {table}
+        WHERE quota_id IN ({quotas}) AND at >= %s AND at < %s
+    ) AS timed
+) AS spans
+GROUP BY quota_id, bucket
+"""
+
+
+def _epoch(moment: datetime) -> float:
+    return moment.timestamp()
+
+
+def _bucketed_history(
+    quota_ids: Sequence[int], *, start: datetime, now: datetime, leading: Mapping[int, Figures]
+) -> dict[int, list[Figures]]:
+    """Per quota, MAX_POINTS bucket means over [start, now) and the figures that hold now, in one
+    query whose answer is at most MAX_POINTS rows per quota, whatever the number of samples."""
+    vendor = connection.vendor if connection.vendor in _EPOCH else "postgresql"
+    width = (now - start).total_seconds() / MAX_POINTS
+    origin = _epoch(start)
+    sql = _BUCKET_SQL.format(
+        epoch=_EPOCH[vendor],
+        floor=_FLOOR[vendor].format(f"(({_EPOCH[vendor]}) - %s) / %s"),
+        table=connection.ops.quote_name(AllocationSample._meta.db_table),
+        quotas=", ".join(["%s"] * len(quota_ids)),
+    )
+    bounds = [connection.ops.adapt_datetimefield_value(moment) for moment in (start, now)]
+    params: list[Any] = [origin, width, _epoch(now), origin, width, *quota_ids, *bounds]
+    sums: dict[int, dict[int, tuple[Any, ...]]] = {quota_id: {} for quota_id in quota_ids}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for quota_id, bucket, *rest in cursor.fetchall():
+            sums[quota_id][min(int(bucket), MAX_POINTS - 1)] = tuple(rest)
+    series: dict[int, list[Figures]] = {}
+    for quota_id in quota_ids:
+        carry = leading.get(quota_id, _NONE)
+        means: list[Figures] = []
+        for bucket in range(MAX_POINTS):
+            row = sums[quota_id].get(bucket)
+            if row is None:
+                means.append(carry)
+                continue
+            allocated, guaranteed, fair_share, first, *last = row
+            # Before the bucket's first sample, the figures of the one before hold.
+            head = max(0.0, float(first) - (origin + bucket * width))
+            total = (float(allocated), float(guaranteed), float(fair_share))
+            mean = tuple(round((value + held * head) / width, 3) for value, held in zip(total, carry, strict=True))
+            means.append((mean[0], mean[1], mean[2]))
+            carry = (float(last[0]), float(last[1]), float(last[2]))
+        series[quota_id] = [*means, carry]
+    return series
 
 
 class AllocationSeries(NamedTuple):
@@ -432,28 +486,45 @@ class AllocationSeries(NamedTuple):
 def allocation_series(
     history: Mapping[int, Sequence[AllocationPoint]], *, since: datetime, now: datetime
 ) -> AllocationSeries | None:
-    """The history of some quotas at common moments, at most MAX_POINTS + 1 whatever the number
-    of samples: every change while they are few enough, else MAX_POINTS equal buckets (each the
-    time-weighted mean over it). The last moment is now, with the figures that hold now.
-
-    None when no quota has a sample."""
+    """The history of some quotas as steps at common moments: every change, and now with the
+    figures that hold now. For a window of few samples (quota_allocation_series). None when no
+    quota has a sample."""
     if not any(history.values()):
         return None
     # From the window's start, or from the first sample when the history is younger than that
     # (a fresh cluster's first minutes would otherwise be a sliver at the right edge).
     start = max(since, min(points[0].at for points in history.values() if points))
     changes = sorted({point.at for points in history.values() for point in points if start < point.at < now})
-    if len(changes) <= MAX_POINTS - 1:
-        moments = [start, *changes, now]
-        return AllocationSeries(
-            moments, {quota_id: _held_at(points, moments) for quota_id, points in history.items()}, False
-        )
+    moments = [start, *changes, now]
+    return AllocationSeries(
+        moments, {quota_id: _held_at(points, moments) for quota_id, points in history.items()}, False
+    )
+
+
+def quota_allocation_series(*, quota_ids: Sequence[int], since: datetime, now: datetime) -> AllocationSeries | None:
+    """`allocation_series` of some quotas, read so that a long range costs no more than a short
+    one: while the window holds at most MAX_POINTS - 1 samples they are read and drawn as steps;
+    past that the database sums them per bucket (one query, at most MAX_POINTS rows per quota).
+    Three or four queries whatever the number of quotas and samples."""
+    ids = sorted(set(quota_ids))
+    if not ids:
+        return None
+    window = AllocationSample.objects.filter(quota_id__in=ids, at__gte=since, at__lt=now)
+    if window.count() <= MAX_POINTS - 1:
+        history = scheduling_selectors.allocation_history(quota_ids=ids, since=since)
+        return allocation_series({quota_id: history.get(quota_id, []) for quota_id in ids}, since=since, now=now)
+    before = (
+        AllocationSample.objects.filter(quota_id=OuterRef("pk"), at__lt=since).order_by("-at", "-id").values("pk")[:1]
+    )
+    leading_rows = AllocationSample.objects.filter(
+        pk__in=Quota.objects.filter(pk__in=ids).annotate(last=Subquery(before)).values("last")
+    ).values_list("quota_id", "allocated", "guaranteed", "fair_share")
+    leading = {quota_id: (allocated, guaranteed, fair) for quota_id, allocated, guaranteed, fair in leading_rows}
+    first = window.order_by("at").values_list("at", flat=True).first()
+    start = since if leading or first is None else max(since, first)
     step = (now - start) / MAX_POINTS
     edges = [start + step * n for n in range(MAX_POINTS)] + [now]
-    figures = {
-        quota_id: [*_bucket_means(points, edges), _held_at(points, [now])[0]] for quota_id, points in history.items()
-    }
-    return AllocationSeries(edges, figures, True)
+    return AllocationSeries(edges, _bucketed_history(ids, start=start, now=now, leading=leading), True)
 
 
 def _live_clock(now: datetime, span: ChartRange) -> dict[str, Any]:
@@ -463,19 +534,11 @@ def _live_clock(now: datetime, span: ChartRange) -> dict[str, Any]:
 
 
 def _stacked_area(
-    bands: Sequence[_Band],
-    history: Mapping[int, Sequence[AllocationPoint]],
-    *,
-    since: datetime,
-    now: datetime,
-    span: ChartRange,
+    bands: Sequence[_Band], series: AllocationSeries | None, *, now: datetime, span: ChartRange
 ) -> dict[str, Any] | None:
     """One stacked band per quota (or sum of quotas), and per band a dashed line at its guarantee
     drawn on top of the bands below it: where a band rises above its own line, that quota holds
     more than its guarantee, borrowing idle GPUs."""
-    series = allocation_series(
-        {quota_id: history.get(quota_id, []) for band in bands for quota_id, _sign in band.terms}, since=since, now=now
-    )
     if not bands or series is None:
         return None
     count = len(series.moments)
@@ -542,8 +605,7 @@ def quota_monitoring(*, quota_id: int, now: datetime, span: ChartRange = DEFAULT
     """Allocated, guaranteed and fair share of one quota over the chosen range, as steps (or
     bucket means past MAX_POINTS changes); None before any cycle recorded it."""
     since = now - span.span
-    points = scheduling_selectors.allocation_history(quota_ids=[quota_id], since=since).get(quota_id)
-    series = allocation_series({quota_id: points or []}, since=since, now=now)
+    series = quota_allocation_series(quota_ids=[quota_id], since=since, now=now)
     if series is None:
         return None
     figures = series.figures[quota_id]

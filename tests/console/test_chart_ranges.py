@@ -33,28 +33,71 @@ def test_few_changes_are_drawn_as_exact_steps_ending_now() -> None:
     assert [figures[0] for figures in series.figures[1]] == [0, 8, 2, 2]
 
 
-def test_many_changes_are_bucketed_to_the_bound_with_time_weighted_means() -> None:
-    # A change every second for an hour: 8 GPUs on even seconds, 0 on odd ones.
-    history = {1: [point(second, 8.0 if second % 2 == 0 else 0.0) for second in range(3600)]}
+def store(quota: Quota, samples: list[tuple[float, float]], *, guaranteed: float = 8.0) -> None:
+    """Samples of `quota` at T0 + seconds, with the allocated figure given."""
+    AllocationSample.objects.bulk_create(
+        [
+            AllocationSample(
+                quota=quota,
+                at=T0 + timedelta(seconds=seconds),
+                allocated=allocated,
+                guaranteed=guaranteed,
+                fair_share=allocated,
+            )
+            for seconds, allocated in samples
+        ],
+        batch_size=2000,
+    )
+
+
+def reference_means(samples: list[tuple[float, float]], *, since: float, now: float, buckets: int) -> list[float]:
+    """The time-weighted mean of a held figure over each bucket, the slow way: second by second
+    (every sample here falls on a whole second, and the buckets are whole seconds wide)."""
+    width = (now - since) / buckets
+    held, index, ordered = 0.0, 0, sorted(samples)
+    per_second = []
+    for second in range(int(since), int(now)):
+        while index < len(ordered) and ordered[index][0] <= second:
+            held = ordered[index][1]
+            index += 1
+        per_second.append(held)
+    return [round(sum(per_second[int(n * width) : int((n + 1) * width)]) / width, 3) for n in range(buckets)]
+
+
+@pytest.mark.django_db
+def test_many_samples_are_bucketed_by_the_database_to_the_bound(pai_world: dict[str, AbstractUser]) -> None:
+    """A change every second for an hour, 8 GPUs on even seconds and 0 on odd ones: each 10 s
+    bucket holds 8 half the time, a mean of 4, not whichever sample came last."""
+    team = Quota.objects.get(name="Quota1.2")
+    AllocationSample.objects.all().delete()
+    store(team, [(second, 8.0 if second % 2 == 0 else 0.0) for second in range(3600)])
     now = T0 + timedelta(hours=1)
-    series = selectors.allocation_series(history, since=T0, now=now)
+    series = selectors.quota_allocation_series(quota_ids=[team.pk], since=T0, now=now)
     assert series is not None and series.bucketed
     assert len(series.moments) == selectors.MAX_POINTS + 1
     assert series.moments[0] == T0 and series.moments[-1] == now
-    means = [figures[0] for figures in series.figures[1][:-1]]
-    # Each 10 s bucket holds 8 half the time: a mean of 4, not whichever sample came last.
-    assert means == [4.0] * selectors.MAX_POINTS
-    assert series.figures[1][-1][0] == 0.0  # and where it is now: the last sample's figure
+    assert [figures[0] for figures in series.figures[team.pk][:-1]] == [4.0] * selectors.MAX_POINTS
+    assert series.figures[team.pk][-1] == (0.0, 8.0, 0.0)  # where it is now: the last sample's figures
 
 
-def test_a_bucket_weights_each_figure_by_how_long_it_held() -> None:
-    history = {1: [point(0, 0)] + [point(second, 0) for second in range(1, 400)] + [point(3597.5, 8)]}
+@pytest.mark.django_db
+def test_the_database_weights_each_figure_by_how_long_it_held(pai_world: dict[str, AbstractUser]) -> None:
+    """Irregular samples, some buckets empty, one sample before the window: the database's bucket
+    means are those computed second by second, and a quota with no sample in the window holds."""
+    team, other = Quota.objects.get(name="Quota1.2"), Quota.objects.get(name="Quota1.1")
+    AllocationSample.objects.all().delete()
+    samples = [(-100.0, 3.0)] + [
+        (float(second), float(second % 7)) for second in range(0, 3600, 7) if second % 300 > 40
+    ]
+    samples += [(3000.0 + second, 1.0 + second % 2) for second in range(0, 120, 3)]
+    store(team, samples)
+    store(other, [(-500.0, 5.0)], guaranteed=12.0)
     now = T0 + timedelta(hours=1)
-    series = selectors.allocation_series(history, since=T0, now=now)
+    series = selectors.quota_allocation_series(quota_ids=[team.pk, other.pk], since=T0, now=now)
     assert series is not None and series.bucketed
-    # The last 10 s bucket: 0 for 7.5 s, then 8 for 2.5 s.
-    assert series.figures[1][-2][0] == 2.0
-    assert series.figures[1][-1][0] == 8.0
+    means = [figures[0] for figures in series.figures[team.pk][:-1]]
+    assert means == pytest.approx(reference_means(samples, since=0, now=3600, buckets=selectors.MAX_POINTS), abs=0.002)
+    assert series.figures[other.pk] == [(5.0, 12.0, 5.0)] * (selectors.MAX_POINTS + 1)
 
 
 def test_no_sample_no_series() -> None:
