@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import AbstractUser
+from django.db import connections
 from playwright.sync_api import Locator, Page, expect
 from rest_framework.test import APIClient
 
@@ -78,11 +79,14 @@ def submit_through_the_api(user: AbstractUser, **job: Any) -> None:
     answers: list[int] = []
 
     def submit() -> None:
-        client = APIClient()
-        client.force_authenticate(user=user)
-        answer = client.post("/api/v1/jobs/", job, format="json")
-        answers.append(answer.status_code)
-        job_services.converge()
+        try:
+            client = APIClient()
+            client.force_authenticate(user=user)
+            answer = client.post("/api/v1/jobs/", job, format="json")
+            answers.append(answer.status_code)
+            job_services.converge()
+        finally:
+            connections.close_all()  # this thread's own; else PostgreSQL's test database stays in use
 
     worker = threading.Thread(target=submit)
     worker.start()
@@ -228,9 +232,11 @@ def test_journey_6_team_d_borrows_and_team_a_reclaims_live(
     check_accessibility(page)
     shoot(page, "journey6-monitoring")
     # train-d finishes early (cancelled): team-d's allocation drops to 0, live, on the tab.
-    cancel = threading.Thread(target=lambda: _cancel(two_teams["dan"], Job.objects.get(name="train-d")))
+    cancelled: list[int] = []
+    cancel = threading.Thread(target=_cancel, args=(two_teams["dan"], Job.objects.get(name="train-d"), cancelled))
     cancel.start()
     cancel.join(timeout=30)
+    assert cancelled == [200]
     expect(allocated_now).to_have_text("0 GPUs", timeout=10_000)
     for _ in range(100):
         lines = {trace["name"]: trace["y"][-1] for trace in monitoring.evaluate(TRACES)}
@@ -241,8 +247,11 @@ def test_journey_6_team_d_borrows_and_team_a_reclaims_live(
     assert problems == []
 
 
-def _cancel(user: AbstractUser, job: Job) -> None:
-    client = APIClient()
-    client.force_authenticate(user=user)
-    assert client.post(f"/api/v1/jobs/{job.pk}/cancel/", {}, format="json").status_code == 200
-    job_services.converge()
+def _cancel(user: AbstractUser, job: Job, answers: list[int]) -> None:
+    try:
+        client = APIClient()
+        client.force_authenticate(user=user)
+        answers.append(client.post(f"/api/v1/jobs/{job.pk}/cancel/", {}, format="json").status_code)
+        job_services.converge()
+    finally:
+        connections.close_all()
