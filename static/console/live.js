@@ -95,10 +95,12 @@
   }
 
   var subscribed = {};   // the topics asked for on this socket
+  var started = false;   // a socket was opened once: reconnects are the backoff's, not a swap's
 
   function connect() {
     var wanted = topics();
     if (!wanted.length || stopped) { return; }
+    started = true;
     subscribed = {};
     wanted.forEach(function (topic) { subscribed[topic] = true; });
     var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
@@ -107,6 +109,9 @@
       if (everOpen) { resync(); }
       everOpen = true;
       attempts = 0;
+      // The topics now: a swap while the socket was connecting may have added some.
+      wanted = topics();
+      wanted.forEach(function (topic) { subscribed[topic] = true; });
       socket.send(JSON.stringify({ subscribe: wanted }));
     });
     socket.addEventListener("message", function (event) {
@@ -141,7 +146,7 @@
   // subscribe to them on the open socket, or open one if the page had none.
   document.addEventListener("htmx:afterSettle", function () {
     if (stopped) { return; }
-    if (!socket) { if (!everOpen) { connect(); } return; }
+    if (!socket) { if (!started) { connect(); } return; }
     var more = topics().filter(function (topic) { return !subscribed[topic]; });
     if (!more.length || socket.readyState !== WebSocket.OPEN) { return; }
     more.forEach(function (topic) { subscribed[topic] = true; });
