@@ -247,6 +247,9 @@ def quota_detail(request: HttpRequest, quota_id: int) -> HttpResponse:
         span = console_selectors.chart_range(request.GET.get("range"))
         context.update(
             allocation=console_selectors.quota_monitoring(quota_id=quota.pk, now=get_clock().now(), span=span),
+            utilisation=console_selectors.quota_utilisation(
+                quota_ids=selectors.subtree_ids(quota=quota), now=get_clock().now(), span=span
+            ),
             span=span,
             ranges=console_selectors.CHART_RANGES,
         )

@@ -173,3 +173,55 @@ def test_the_live_block_says_what_the_script_extends(pai_world: dict[str, Abstra
     monitoring = client.get(f"/quotas/{first}/?tab=monitoring").content
     assert figure(monitoring, "quota-monitoring")["live"]["figures"] == [24, 12, 24]
     assert f'data-live="quota:{first}:allocated">24<'.encode() in monitoring
+
+
+@pytest.mark.django_db
+def test_the_monitoring_tab_draws_the_utilisation_of_its_jobs(pai_world: dict[str, AbstractUser]) -> None:
+    """train-b (Quota1.1) on two GPUs at 90 % and 30 % for the last 10 minutes, at the raw level;
+    a job of another quota at 5 % is not counted. The Quota1 tab counts its subtree's jobs."""
+    from quotas.models import Node
+    from scheduling import services as job_services
+    from scheduling.models import Job
+    from telemetry.models import GpuSample, Resolution
+    from workspaces.models import Workspace
+
+    now = get_clock().now()
+    node = Node.objects.get(name="gpu-1")
+    train = Job.objects.get(name="train-b")
+    other_quota = Quota.objects.get(name="Quota1.2")
+    other = job_services.submit_job(
+        actor=pai_world["developer"],
+        workspace=Workspace.objects.get(name="workspace-b"),
+        quota=Quota.objects.get(name="Quota1.1"),
+        name="elsewhere",
+        kind="training",
+        gpus=1,
+    )
+    Job.objects.filter(pk=other.pk).update(quota=other_quota)
+    rows = []
+    for minute in range(10):
+        at = now - timedelta(minutes=10 - minute)
+        for gpu, (job, busy) in enumerate(((train, 90.0), (train, 30.0), (other, 5.0))):
+            rows.append(
+                GpuSample(
+                    node=node,
+                    gpu=gpu,
+                    job=job,
+                    resolution=Resolution.RAW,
+                    at=at,
+                    utilisation=busy,
+                    memory_used_mib=1,
+                    memory_total_mib=80_000,
+                )
+            )
+    GpuSample.objects.bulk_create(rows)
+    client = client_as(pai_world, "platform-admin")
+    tab = client.get(f"/quotas/{quota_id('Quota1.1')}/?tab=monitoring", headers={"HX-Request": "true"}).content
+    line = figure(tab, "quota-utilisation")["data"][0]
+    assert len(line["y"]) == 10 and set(line["y"]) == {60.0}  # (90 + 30) / 2 each minute
+    assert set(line["customdata"]) == {2}
+    subtree = client.get(f"/quotas/{quota_id('Quota1')}/?tab=monitoring", headers={"HX-Request": "true"}).content
+    assert set(figure(subtree, "quota-utilisation")["data"][0]["y"]) == {round((90 + 30 + 5) / 3, 1)}
+    # The week's view reads minute averages: none were written here.
+    week = client.get(f"/quotas/{quota_id('Quota1.1')}/?tab=monitoring&range=7d", headers={"HX-Request": "true"})
+    assert b"No GPU samples of its jobs over the last 7 days." in week.content
