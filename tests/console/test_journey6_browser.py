@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,11 @@ from playwright.sync_api import Locator, Page, expect
 from rest_framework.test import APIClient
 
 from quotas import services as quota_services
+from quotas.models import Node
 from scheduling import services as job_services
+from scheduling.clock import get_clock
 from scheduling.models import Job
+from telemetry.models import GpuSample, Resolution
 from tests.console.conftest import check_accessibility, quota_id
 from tests.console.test_live_browser import AsgiServer, sign_in_as
 from workspaces import services as workspace_services
@@ -220,7 +224,24 @@ def test_journey_6_team_d_borrows_and_team_a_reclaims_live(
         "team-d": 8,
     }
 
-    # team-d's Monitoring tab, as dan: it moves too when team-d's figures change.
+    # team-d's Monitoring tab: it moves too when team-d's figures change; under it, the
+    # utilisation of team-d's jobs (a few minutes of train-d's samples, as the sampler writes them).
+    train_d = Job.objects.get(name="train-d")
+    moment = get_clock().now()
+    GpuSample.objects.bulk_create(
+        GpuSample(
+            node=Node.objects.get(name="dgx-1"),
+            gpu=gpu,
+            job=train_d,
+            resolution=Resolution.RAW,
+            at=moment - timedelta(seconds=30 * step),
+            utilisation=70.0 + gpu,
+            memory_used_mib=1024,
+            memory_total_mib=81_920,
+        )
+        for step in range(1, 10)
+        for gpu in range(8)
+    )
     page.goto(f"{journey_server}/quotas/{quota_id('team-d')}/")
     page.get_by_role("navigation", name="Quota sections").get_by_role("link", name="Monitoring", exact=True).click()
     monitoring = page.get_by_test_id("quota-monitoring")
@@ -229,6 +250,9 @@ def test_journey_6_team_d_borrows_and_team_a_reclaims_live(
     allocated_now = now.locator("dd").first
     expect(allocated_now).to_have_text("8 GPUs")
     expect(page.get_by_test_id("live-status")).to_have_text("Live")
+    utilisation = page.get_by_test_id("quota-utilisation")
+    expect(utilisation).to_have_attribute("data-ready", "true")
+    assert set(utilisation.evaluate(TRACES)[0]["y"]) == {73.5}  # the mean of 70 … 77 %
     check_accessibility(page)
     shoot(page, "journey6-monitoring")
     # train-d finishes early (cancelled): team-d's allocation drops to 0, live, on the tab.
