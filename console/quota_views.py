@@ -148,7 +148,7 @@ QUOTA_VIEWS = (("list", "List"), ("overview", "Overview"))
 @login_required
 def resource_quotas(request: HttpRequest) -> HttpResponse:
     """The tree of what the user may see, as a table (`?view=list`, where `?q=` filters by name
-    without JavaScript) or as charts (`?view=overview`)."""
+    without JavaScript) or as charts (`?view=overview`, over `&range=1h|24h|7d`)."""
     rows = selectors.quota_tree_rows(user=request.user)
     view = request.GET.get("view", "list")
     if view not in dict(QUOTA_VIEWS):
@@ -161,7 +161,12 @@ def resource_quotas(request: HttpRequest) -> HttpResponse:
         "quota_base": reverse("resource-quotas"),
     }
     if view == "overview":
-        context.update(rows=rows, overview=console_selectors.quota_overview(rows=rows, now=get_clock().now()))
+        span = console_selectors.chart_range(request.GET.get("range"))
+        context.update(
+            rows=rows,
+            overview=console_selectors.quota_overview(rows=rows, now=get_clock().now(), span=span),
+            ranges=console_selectors.CHART_RANGES,
+        )
     else:
         query = request.GET.get("q", "").strip()
         if query:
@@ -243,7 +248,15 @@ def quota_detail(request: HttpRequest, quota_id: int) -> HttpResponse:
     elif tab == "nodes":
         context.update(node_views.quota_nodes_context(request, quota))
     elif tab == "monitoring":
-        context["allocation"] = console_selectors.quota_monitoring(quota_id=quota.pk, now=get_clock().now())
+        span = console_selectors.chart_range(request.GET.get("range"))
+        context.update(
+            allocation=console_selectors.quota_monitoring(quota_id=quota.pk, now=get_clock().now(), span=span),
+            utilisation=console_selectors.quota_utilisation(
+                quota_ids=selectors.subtree_ids(quota=quota), now=get_clock().now(), span=span
+            ),
+            span=span,
+            ranges=console_selectors.CHART_RANGES,
+        )
     elif _is_platform_admin(request):
         context["records"] = selectors.quota_audit(quota=quota)
     else:

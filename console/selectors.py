@@ -7,11 +7,12 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.contrib.sessions.models import Session
-from django.db.models import Count, Q, Sum
+from django.db import connection
+from django.db.models import Count, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
 from quotas import selectors as quota_selectors
@@ -20,7 +21,7 @@ from quotas.hooks import QuotaStatus
 from quotas.models import Node, NodeState, Quota
 from quotas.selectors import QuotaTreeRow
 from scheduling import selectors as scheduling_selectors
-from scheduling.models import HOLDING_STATES, Job, JobState
+from scheduling.models import HOLDING_STATES, AllocationSample, Job, JobState
 from scheduling.selectors import AllocationPoint
 
 
@@ -127,9 +128,34 @@ def member_figures(user: AbstractBaseUser) -> MemberFigures:
 # applied there, from the stylesheet. Plain dicts rather than plotly.graph_objects: building and
 # validating a figure object of a thousand quotas costs more than the page may spend.
 
-# How far back the charts look, and how many points a stacked area may have at most.
-CHART_WINDOW = timedelta(hours=1)
-_MAX_POINTS = 600
+
+# The time switch of the charts (1 h / 24 h / 7 d): the range's key is in the URL (`range=24h`).
+@dataclass(frozen=True, slots=True)
+class ChartRange:
+    key: str
+    label: str
+    span: timedelta
+    words: str  # "the last hour", for headings and accessible names
+
+
+CHART_RANGES: tuple[ChartRange, ...] = (
+    ChartRange("1h", "1 h", timedelta(hours=1), "the last hour"),
+    ChartRange("24h", "24 h", timedelta(hours=24), "the last 24 hours"),
+    ChartRange("7d", "7 d", timedelta(days=7), "the last 7 days"),
+)
+DEFAULT_RANGE = CHART_RANGES[0]
+# Points per series at every range, whatever the number of samples in it: a window with more
+# samples than this is cut into this many equal buckets, each the time-weighted mean of the
+# figure over it (10 s at 1 h, 4 min at 24 h, 28 min at 7 d), summed by the database; one more
+# point says where it is now.
+MAX_POINTS = 360
+# How many points a live chart keeps while extended: the server's bound twice over, so an hour
+# of a change a second on the 1 h chart still shows its range before the oldest points go.
+LIVE_MAX_POINTS = 2 * MAX_POINTS + 2
+# Quota topics a live Overview subscribes to at most (the socket takes 250, LIVE_MAX_SUBSCRIPTIONS):
+# beyond it, a treemap box or a band summing many quotas holds its figure until the page is read
+# again.
+LIVE_MAX_TOPICS = 200
 # Quotas drawn as their own band in the stacked area; the rest are summed in one.
 _MAX_BANDS = 10
 # allocated ÷ guaranteed at the top of the colour scale: twice the guarantee, or more.
@@ -137,6 +163,24 @@ _RATIO_CAP = 2.0
 # Under quota (teal), at quota (amber), well over (red): readable on light and dark backgrounds.
 _USE_COLOURS: list[list[float | str]] = [[0.0, "#2a9d8f"], [0.5, "#e9c46a"], [1.0, "#d62828"]]
 _GRID = "rgba(128, 128, 128, 0.25)"
+# One colour per band, so that a band's guarantee line wears its colour (plotly's default order).
+_BAND_COLOURS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
+
+
+def chart_range(key: str | None) -> ChartRange:
+    """The range a URL asks for; anything else is the default (the page still answers)."""
+    return next((entry for entry in CHART_RANGES if entry.key == key), DEFAULT_RANGE)
 
 
 def _base_layout(**more: Any) -> dict[str, Any]:
@@ -176,35 +220,69 @@ class OverQuota(TypedDict):
     guaranteed: float
 
 
+class BandNow(TypedDict):
+    """A band's figures now, for the table under the stacked area (its cells move live)."""
+
+    label: str
+    quota_id: int | None  # a band of one quota: its cells follow that quota's topic
+    allocated: float
+    guaranteed: float
+    over: float  # allocated beyond the guarantee: the borrowed GPUs
+
+
 class QuotaOverview(TypedDict):
     treemap: dict[str, Any]
     colour_scale: str  # JSON, for the page's colour key
     ratio_cap: float
     allocation: dict[str, Any] | None
     over_quota: list[OverQuota]
-    bands: list[str]
+    bands: list[BandNow]
+    live_topics: str  # the quota topics the stacked area follows, space-separated
+    range: ChartRange
 
 
-def quota_overview(*, rows: Sequence[QuotaTreeRow], now: datetime) -> QuotaOverview:
+def quota_overview(*, rows: Sequence[QuotaTreeRow], now: datetime, span: ChartRange = DEFAULT_RANGE) -> QuotaOverview:
     """The Overview of the Resource Quotas page, from the tree rows the user may see.
 
     Two queries for the history (the tree rows come with their status already), whatever the
     number of quotas: the treemap needs no history, and the area chart stacks one level only."""
     bands = _stacked_level(rows)
-    history = scheduling_selectors.allocation_history(
-        quota_ids=[quota_id for band in bands for quota_id, _sign in band.terms], since=now - CHART_WINDOW
+    since = now - span.span
+    series = quota_allocation_series(
+        quota_ids=[quota_id for band in bands for quota_id, _sign in band.terms], since=since, now=now
     )
+    status_of = {row["quota"].pk: row["status"] for row in rows}
+    guarantee_of = {row["quota"].pk: float(row["quota"].gpus) for row in rows}
+    # The bands' quotas first (the stacked area), then the other visible ones (the treemap's boxes).
+    in_bands = sorted({quota_id for band in bands for quota_id, _sign in band.terms})
+    banded = set(in_bands)
+    followed = [*in_bands, *(row["quota"].pk for row in rows if row["quota"].pk not in banded)]
+    followed = followed[:LIVE_MAX_TOPICS]
     return QuotaOverview(
         treemap=_treemap(rows),
         colour_scale=json.dumps(_USE_COLOURS),
         ratio_cap=_RATIO_CAP,
-        allocation=_stacked_area(bands, history, since=now - CHART_WINDOW, now=now),
+        allocation=_stacked_area(bands, series, now=now, span=span),
         over_quota=[
             OverQuota(name=row["quota"].name, allocated=row["status"]["allocated"], guaranteed=row["quota"].gpus)
             for row in rows
             if row["status"]["allocated"] > row["quota"].gpus + 1e-9
         ],
-        bands=[band.label for band in bands],
+        bands=[_band_now(band, status_of, guarantee_of) for band in bands],
+        live_topics=" ".join(f"quota:{quota_id}" for quota_id in followed),
+        range=span,
+    )
+
+
+def _band_now(band: _Band, status_of: Mapping[int, QuotaStatus], guarantee_of: Mapping[int, float]) -> BandNow:
+    allocated = round(max(0.0, sum(sign * status_of[quota_id]["allocated"] for quota_id, sign in band.terms)), 3)
+    guaranteed = round(max(0.0, sum(sign * guarantee_of[quota_id] for quota_id, sign in band.terms)), 3)
+    return BandNow(
+        label=band.label,
+        quota_id=band.terms[0][0] if len(band.terms) == 1 else None,
+        allocated=allocated,
+        guaranteed=guaranteed,
+        over=round(max(0.0, allocated - guaranteed), 3),
     )
 
 
@@ -254,7 +332,16 @@ def _treemap(rows: Sequence[QuotaTreeRow]) -> dict[str, Any]:
         },
         "pathbar": {"visible": True},
     }
-    return {"data": [trace], "layout": _base_layout(margin={"l": 4, "r": 4, "t": 28, "b": 4})}
+    # Each quota's allocated and guaranteed now: the script recolours a box when its quota's
+    # figures change (static/console/charts.js).
+    live = {
+        "kind": "treemap",
+        "ratio_cap": _RATIO_CAP,
+        "quotas": {
+            str(row["quota"].pk): [round(row["status"]["allocated"], 3), float(row["quota"].gpus)] for row in rows
+        },
+    }
+    return {"data": [trace], "layout": _base_layout(margin={"l": 4, "r": 4, "t": 28, "b": 4}), "live": live}
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,52 +378,212 @@ def _stacked_level(rows: Sequence[QuotaTreeRow]) -> list[_Band]:
     return bands
 
 
-def _held_at(points: Sequence[AllocationPoint], moments: Sequence[datetime]) -> list[float]:
-    """Allocation at each moment (ascending): a sample's figure holds until the next sample."""
-    values, index, current = [], 0, 0.0
+Figures = tuple[float, float, float]  # allocated, guaranteed, fair share
+_NONE: Figures = (0.0, 0.0, 0.0)
+
+
+def _figures(point: AllocationPoint) -> Figures:
+    return (point.allocated, point.guaranteed, point.fair_share)
+
+
+def _held_at(points: Sequence[AllocationPoint], moments: Sequence[datetime]) -> list[Figures]:
+    """Figures at each moment (ascending): a sample's figures hold until the next sample."""
+    values, index, current = [], 0, _NONE
     for moment in moments:
         while index < len(points) and points[index].at <= moment:
-            current = points[index].allocated
+            current = _figures(points[index])
             index += 1
         values.append(current)
     return values
 
 
-def _stacked_area(
-    bands: Sequence[_Band], history: Mapping[int, Sequence[AllocationPoint]], *, since: datetime, now: datetime
-) -> dict[str, Any] | None:
-    if not bands or not any(history.get(quota_id) for band in bands for quota_id, _sign in band.terms):
+# The bucket sums of AllocationSample, computed by the database: each sample weighted by how long
+# it held inside its bucket (until the next sample or the bucket's end, whichever comes first),
+# and per bucket its first moment and its last sample's figures (which hold into what follows).
+# Only the epoch and the floor differ between the two databases.
+_EPOCH = {
+    "sqlite": "((julianday(at) - 2440587.5) * 86400.0)",
+    "postgresql": "EXTRACT(EPOCH FROM at)",
+}
+_FLOOR = {"sqlite": "CAST({} AS INTEGER)", "postgresql": "FLOOR({})"}
+_BUCKET_SQL = """
+SELECT quota_id, bucket,
+       SUM(allocated * (CASE WHEN t_next < bucket_end THEN t_next ELSE bucket_end END - t)),
+       SUM(guaranteed * (CASE WHEN t_next < bucket_end THEN t_next ELSE bucket_end END - t)),
+       SUM(fair_share * (CASE WHEN t_next < bucket_end THEN t_next ELSE bucket_end END - t)),
+       MIN(t),
+       MAX(CASE WHEN last_first = 1 THEN allocated END),
+       MAX(CASE WHEN last_first = 1 THEN guaranteed END),
+       MAX(CASE WHEN last_first = 1 THEN fair_share END)
+FROM (
+    SELECT quota_id, allocated, guaranteed, fair_share, t, bucket, %s + (bucket + 1) * %s AS bucket_end,
+           COALESCE(LEAD(t) OVER (PARTITION BY quota_id ORDER BY at, id), %s) AS t_next,
+           ROW_NUMBER() OVER (PARTITION BY quota_id, bucket ORDER BY at DESC, id DESC) AS last_first
+    FROM (
+        SELECT id, quota_id, at, allocated, guaranteed, fair_share, {epoch} AS t,
+               {floor} AS bucket
+        FROM {table}
+        WHERE quota_id IN ({quotas}) AND at >= %s AND at < %s
+    ) AS timed
+) AS spans
+GROUP BY quota_id, bucket
+"""
+
+
+def _epoch(moment: datetime) -> float:
+    return moment.timestamp()
+
+
+def _bucketed_history(
+    quota_ids: Sequence[int], *, start: datetime, now: datetime, leading: Mapping[int, Figures]
+) -> dict[int, list[Figures]]:
+    """Per quota, MAX_POINTS bucket means over [start, now) and the figures that hold now, in one
+    query whose answer is at most MAX_POINTS rows per quota, whatever the number of samples."""
+    vendor = connection.vendor if connection.vendor in _EPOCH else "postgresql"
+    width = (now - start).total_seconds() / MAX_POINTS
+    origin = _epoch(start)
+    sql = _BUCKET_SQL.format(
+        epoch=_EPOCH[vendor],
+        floor=_FLOOR[vendor].format(f"(({_EPOCH[vendor]}) - %s) / %s"),
+        table=connection.ops.quote_name(AllocationSample._meta.db_table),
+        quotas=", ".join(["%s"] * len(quota_ids)),
+    )
+    bounds = [connection.ops.adapt_datetimefield_value(moment) for moment in (start, now)]
+    params: list[Any] = [origin, width, _epoch(now), origin, width, *quota_ids, *bounds]
+    sums: dict[int, dict[int, tuple[Any, ...]]] = {quota_id: {} for quota_id in quota_ids}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for quota_id, bucket, *rest in cursor.fetchall():
+            sums[quota_id][min(int(bucket), MAX_POINTS - 1)] = tuple(rest)
+    series: dict[int, list[Figures]] = {}
+    for quota_id in quota_ids:
+        carry = leading.get(quota_id, _NONE)
+        means: list[Figures] = []
+        for bucket in range(MAX_POINTS):
+            row = sums[quota_id].get(bucket)
+            if row is None:
+                means.append(carry)
+                continue
+            allocated, guaranteed, fair_share, first, *last = row
+            # Before the bucket's first sample, the figures of the one before hold.
+            head = max(0.0, float(first) - (origin + bucket * width))
+            total = (float(allocated), float(guaranteed), float(fair_share))
+            mean = tuple(round((value + held * head) / width, 3) for value, held in zip(total, carry, strict=True))
+            means.append((mean[0], mean[1], mean[2]))
+            carry = (float(last[0]), float(last[1]), float(last[2]))
+        series[quota_id] = [*means, carry]
+    return series
+
+
+class AllocationSeries(NamedTuple):
+    """Per quota, its figures at the chart's moments: steps (`bucketed` False) or bucket means."""
+
+    moments: list[datetime]
+    figures: dict[int, list[Figures]]
+    bucketed: bool
+
+
+def allocation_series(
+    history: Mapping[int, Sequence[AllocationPoint]], *, since: datetime, now: datetime
+) -> AllocationSeries | None:
+    """The history of some quotas as steps at common moments: every change, and now with the
+    figures that hold now. For a window of few samples (quota_allocation_series). None when no
+    quota has a sample."""
+    if not any(history.values()):
         return None
     # From the window's start, or from the first sample when the history is younger than that
     # (a fresh cluster's first minutes would otherwise be a sliver at the right edge).
     start = max(since, min(points[0].at for points in history.values() if points))
-    changes = sorted({point.at for points in history.values() for point in points if point.at > start})
-    if len(changes) > _MAX_POINTS - 2:
-        step = (now - start) / (_MAX_POINTS - 1)
-        moments = [start + step * n for n in range(_MAX_POINTS)]
-    else:
-        moments = [start, *changes, now]
-    held = {quota_id: _held_at(points, moments) for quota_id, points in history.items()}
-    zeros = [0.0] * len(moments)
-    x = [_moment(moment) for moment in moments]
-    traces = []
-    for band in bands:
-        totals = [
-            max(0.0, round(sum(sign * held.get(quota_id, zeros)[n] for quota_id, sign in band.terms), 3))
-            for n in range(len(moments))
+    changes = sorted({point.at for points in history.values() for point in points if start < point.at < now})
+    moments = [start, *changes, now]
+    return AllocationSeries(
+        moments, {quota_id: _held_at(points, moments) for quota_id, points in history.items()}, False
+    )
+
+
+def quota_allocation_series(*, quota_ids: Sequence[int], since: datetime, now: datetime) -> AllocationSeries | None:
+    """`allocation_series` of some quotas, read so that a long range costs no more than a short
+    one: while the window holds at most MAX_POINTS - 1 samples they are read and drawn as steps;
+    past that the database sums them per bucket (one query, at most MAX_POINTS rows per quota).
+    Three or four queries whatever the number of quotas and samples."""
+    ids = sorted(set(quota_ids))
+    if not ids:
+        return None
+    window = AllocationSample.objects.filter(quota_id__in=ids, at__gte=since, at__lt=now)
+    if window.count() <= MAX_POINTS - 1:
+        history = scheduling_selectors.allocation_history(quota_ids=ids, since=since)
+        return allocation_series({quota_id: history.get(quota_id, []) for quota_id in ids}, since=since, now=now)
+    before = (
+        AllocationSample.objects.filter(quota_id=OuterRef("pk"), at__lt=since).order_by("-at", "-id").values("pk")[:1]
+    )
+    leading_rows = AllocationSample.objects.filter(
+        pk__in=Quota.objects.filter(pk__in=ids).annotate(last=Subquery(before)).values("last")
+    ).values_list("quota_id", "allocated", "guaranteed", "fair_share")
+    leading = {quota_id: (allocated, guaranteed, fair) for quota_id, allocated, guaranteed, fair in leading_rows}
+    first = window.order_by("at").values_list("at", flat=True).first()
+    start = since if leading or first is None else max(since, first)
+    step = (now - start) / MAX_POINTS
+    edges = [start + step * n for n in range(MAX_POINTS)] + [now]
+    return AllocationSeries(edges, _bucketed_history(ids, start=start, now=now, leading=leading), True)
+
+
+def _live_clock(now: datetime, span: ChartRange) -> dict[str, Any]:
+    """What a chart's script needs to extend it: the server's time (to correct the browser's
+    clock), the range it shows and how many points it keeps."""
+    return {"now": _moment(now), "range_seconds": span.span.total_seconds(), "max_points": LIVE_MAX_POINTS}
+
+
+def _stacked_area(
+    bands: Sequence[_Band], series: AllocationSeries | None, *, now: datetime, span: ChartRange
+) -> dict[str, Any] | None:
+    """One stacked band per quota (or sum of quotas), and per band a dashed line at its guarantee
+    drawn on top of the bands below it: where a band rises above its own line, that quota holds
+    more than its guarantee, borrowing idle GPUs."""
+    if not bands or series is None:
+        return None
+    count = len(series.moments)
+    x = [_moment(moment) for moment in series.moments]
+
+    def band_sum(band: _Band, field: int) -> list[float]:
+        return [
+            max(0.0, round(sum(sign * series.figures[quota_id][n][field] for quota_id, sign in band.terms), 3))
+            for n in range(count)
         ]
-        traces.append(
+
+    allocated = [band_sum(band, 0) for band in bands]
+    guaranteed = [band_sum(band, 1) for band in bands]
+    areas, lines = [], []
+    below = [0.0] * count
+    for index, band in enumerate(bands):
+        colour = _BAND_COLOURS[index % len(_BAND_COLOURS)]
+        areas.append(
             {
                 "type": "scatter",
                 "mode": "lines",
                 "name": band.label,
+                "legendgroup": band.label,
                 "x": x,
-                "y": totals,
+                "y": allocated[index],
                 "stackgroup": "allocated",
-                "line": {"shape": "hv", "width": 1},
+                "line": {"shape": "hv", "width": 1, "color": colour},
                 "hovertemplate": f"{band.label}: %{{y}} GPUs<extra></extra>",
             }
         )
+        lines.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": f"{band.label} guarantee",
+                "legendgroup": band.label,
+                "showlegend": False,
+                "x": x,
+                "y": [round(base + own, 3) for base, own in zip(below, guaranteed[index], strict=True)],
+                "customdata": guaranteed[index],
+                "line": {"shape": "hv", "width": 1.5, "dash": "dash", "color": colour},
+                "hovertemplate": f"{band.label} guarantee: %{{customdata}} GPUs<extra></extra>",
+            }
+        )
+        below = [round(base + own, 3) for base, own in zip(below, allocated[index], strict=True)]
     layout = _base_layout(
         xaxis=_time_axis(),
         yaxis=_gpu_axis(),
@@ -344,26 +591,31 @@ def _stacked_area(
         legend={"orientation": "h", "y": -0.25},
         margin={"l": 48, "r": 16, "t": 8, "b": 24},
     )
-    return {"data": traces, "layout": layout}
+    live = {
+        **_live_clock(now, span),
+        "kind": "stacked",
+        "bands": [[list(term) for term in band.terms] for band in bands],
+        # Each quota's figures now (allocated, guaranteed): the start of every live sum.
+        "quotas": {str(quota_id): list(series.figures[quota_id][-1][:2]) for quota_id in series.figures},
+    }
+    return {"data": [*areas, *lines], "layout": layout, "live": live}
 
 
-def quota_monitoring(*, quota_id: int, now: datetime) -> dict[str, Any] | None:
-    """Allocated, guaranteed and fair share of one quota over the last hour, as steps; None
-    before any cycle recorded it."""
-    since = now - CHART_WINDOW
-    points = scheduling_selectors.allocation_history(quota_ids=[quota_id], since=since).get(quota_id)
-    if not points:
+def quota_monitoring(*, quota_id: int, now: datetime, span: ChartRange = DEFAULT_RANGE) -> dict[str, Any] | None:
+    """Allocated, guaranteed and fair share of one quota over the chosen range, as steps (or
+    bucket means past MAX_POINTS changes); None before any cycle recorded it."""
+    since = now - span.span
+    series = quota_allocation_series(quota_ids=[quota_id], since=since, now=now)
+    if series is None:
         return None
-    last = points[-1]
-    # The last figures hold until now.
-    extended = [*points, AllocationPoint(now, last.allocated, last.guaranteed, last.fair_share)]
-    x = [_moment(point.at) for point in extended]
+    figures = series.figures[quota_id]
+    x = [_moment(moment) for moment in series.moments]
     # Allocated is filled, so that it still shows where a line lies on top of it (allocated
     # equal to the fair share is the usual case for a busy quota).
-    lines: tuple[tuple[str, list[float], dict[str, Any], str], ...] = (
-        ("Allocated", [point.allocated for point in extended], {"width": 2}, "tozeroy"),
-        ("Guaranteed", [point.guaranteed for point in extended], {"width": 2, "dash": "dash"}, "none"),
-        ("Fair share", [point.fair_share for point in extended], {"width": 2, "dash": "dot"}, "none"),
+    lines: tuple[tuple[str, int, dict[str, Any], str], ...] = (
+        ("Allocated", 0, {"width": 2}, "tozeroy"),
+        ("Guaranteed", 1, {"width": 2, "dash": "dash"}, "none"),
+        ("Fair share", 2, {"width": 2, "dash": "dot"}, "none"),
     )
     traces: list[dict[str, Any]] = [
         {
@@ -371,12 +623,12 @@ def quota_monitoring(*, quota_id: int, now: datetime) -> dict[str, Any] | None:
             "mode": "lines",
             "name": name,
             "x": x,
-            "y": values,
+            "y": [values[field] for values in figures],
             "fill": fill,
             "line": {"shape": "hv", **line},
             "hovertemplate": f"{name}: %{{y}} GPUs<extra></extra>",
         }
-        for name, values, line, fill in lines
+        for name, field, line, fill in lines
     ]
     layout = _base_layout(
         xaxis=_time_axis(),
@@ -385,4 +637,65 @@ def quota_monitoring(*, quota_id: int, now: datetime) -> dict[str, Any] | None:
         legend={"orientation": "h", "y": -0.25},
         margin={"l": 48, "r": 16, "t": 8, "b": 24},
     )
-    return {"data": traces, "layout": layout}
+    live = {**_live_clock(now, span), "kind": "quota", "quota": quota_id, "figures": list(figures[-1])}
+    return {"data": traces, "layout": layout, "live": live}
+
+
+# The mean utilisation of a quota's jobs' GPUs, per bucket of the range, from the telemetry level
+# that covers it (raw samples for an hour, minute averages for a week, hour averages beyond).
+_UTILISATION_SQL = """
+SELECT {floor} AS bucket, AVG(utilisation), COUNT(*)
+FROM {samples}
+WHERE resolution = %s AND at >= %s AND at < %s
+  AND job_id IN (SELECT id FROM {jobs} WHERE quota_id IN ({quotas}))
+GROUP BY {floor}
+ORDER BY bucket
+"""
+
+
+def quota_utilisation(*, quota_ids: Sequence[int], now: datetime, span: ChartRange) -> dict[str, Any] | None:
+    """The Monitoring tab's second chart: the mean GPU utilisation of the jobs of a quota and its
+    subtree, in MAX_POINTS buckets of the range at most (one query; None without samples). A
+    bucket's mean is over every GPU sample of those jobs in it, so a busy 8-GPU job weighs eight
+    times a 1-GPU notebook."""
+    from telemetry.models import GpuSample
+    from telemetry.selectors import resolution_for
+
+    ids = sorted(set(quota_ids))
+    if not ids:
+        return None
+    start = now - span.span
+    width = span.span.total_seconds() / MAX_POINTS
+    vendor = connection.vendor if connection.vendor in _EPOCH else "postgresql"
+    floor = _FLOOR[vendor].format(f"(({_EPOCH[vendor]}) - {start.timestamp()!r}) / {width!r}")
+    sql = _UTILISATION_SQL.format(
+        floor=floor,
+        samples=connection.ops.quote_name(GpuSample._meta.db_table),
+        jobs=connection.ops.quote_name(Job._meta.db_table),
+        quotas=", ".join(["%s"] * len(ids)),
+    )
+    bounds = [connection.ops.adapt_datetimefield_value(moment) for moment in (start, now)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [resolution_for(span.span), *bounds, *ids])
+        rows = cursor.fetchall()
+    if not rows:
+        return None
+    x = [_moment(start + timedelta(seconds=int(bucket) * width)) for bucket, _mean, _count in rows]
+    trace = {
+        "type": "scatter",
+        "mode": "lines+markers" if len(rows) < 3 else "lines",
+        "name": "Mean GPU utilisation",
+        "x": x,
+        "y": [round(float(mean), 1) for _bucket, mean, _count in rows],
+        "customdata": [int(count) for _bucket, _mean, count in rows],
+        "line": {"width": 2},
+        "hovertemplate": "%{y} % over %{customdata} GPU samples<extra></extra>",
+    }
+    layout = _base_layout(
+        xaxis=_time_axis(),
+        yaxis={"title": {"text": "%"}, "range": [0, 100], "gridcolor": _GRID, "zeroline": False},
+        hovermode="x unified",
+        showlegend=False,
+        margin={"l": 48, "r": 16, "t": 8, "b": 24},
+    )
+    return {"data": [trace], "layout": layout}

@@ -255,7 +255,7 @@ CELERY_TIMEZONE = TIME_ZONE
 SCHEDULER_BEAT_SECONDS: float = env.float("SCHEDULER_BEAT_SECONDS", default=5.0)
 # Allocation history (scheduling.history): a sample per quota whose figures a cycle changed,
 # kept this long and at most this many rows, pruned by the cycle at most once a minute.
-SCHEDULER_ALLOCATION_HISTORY_HOURS: float = env.float("SCHEDULER_ALLOCATION_HISTORY_HOURS", default=24.0)
+SCHEDULER_ALLOCATION_HISTORY_HOURS: float = env.float("SCHEDULER_ALLOCATION_HISTORY_HOURS", default=168.0)
 SCHEDULER_ALLOCATION_HISTORY_MAX_ROWS: int = env.int("SCHEDULER_ALLOCATION_HISTORY_MAX_ROWS", default=500_000)
 SCHEDULER_ALLOCATION_HISTORY_PRUNE_SECONDS: float = 60.0
 HEARTBEAT_SECONDS: float = env.float("HEARTBEAT_SECONDS", default=10.0)

@@ -25,7 +25,7 @@ from quotas.models import Quota
 from scheduling import bulk
 from scheduling.models import AllocationSample
 
-DEFAULT_HOURS = 24.0
+DEFAULT_HOURS = 168.0  # the charts' longest range (7 d); the row cap bounds the storage
 DEFAULT_MAX_ROWS = 500_000
 DEFAULT_PRUNE_SECONDS = 60.0
 # Figures are GPUs in thousandths (the engine's unit): float noise below that is no change.

@@ -61,12 +61,170 @@
         displayModeBar: false,
       });
     }).then(function () {
+      if (figure.live) { follow(element, figure.live); }
       element.dataset.ready = "true";
     }).catch(function (error) {
       element.dataset.drawn = "false";
       element.textContent = "The chart could not be drawn: " + error.message;
     });
   }
+
+  // ---- Charts that move (docs/live.md): the quota figures live.js hears extend them. ----
+  // A figure with a "live" block follows its quotas' topics (the page lists them in
+  // data-live-topics). Each change appends one point per trace at the server's time now (the
+  // browser's clock corrected by the figure's "now"), with Plotly.extendTraces, keeping at most
+  // live.max_points per trace, and the x axis shows the chosen range up to that moment. The
+  // changes of one commit arrive as one message per quota: they are gathered for a moment and
+  // drawn as one point, so a GPU moving from one quota to another never shows in both or neither.
+  var GATHER_MS = 150;
+  var heard = {};       // quota id -> its latest figures, until the next flush
+  var flushTimer = null;
+
+  function serverTime(ms) {
+    return new Date(ms).toISOString().replace("T", " ").slice(0, 23);
+  }
+
+  function follow(element, live) {
+    var now = live.now ? Date.parse(live.now.replace(" ", "T") + "Z") : NaN;
+    element._live = {
+      spec: live,
+      offset: isNaN(now) ? 0 : now - Date.now(),
+      quotas: Object.assign({}, live.quotas || {}),
+    };
+  }
+
+  function rounded(value) { return Math.round(value * 1000) / 1000; }
+
+  // The stacked area's next point: per band its allocation and its guarantee, whose line is drawn
+  // on top of the bands below it (console/selectors.py, _stacked_area).
+  function stackedPoint(state) {
+    var point = { allocated: [], guaranteed: [], lines: [] };
+    var below = 0;
+    state.spec.bands.forEach(function (terms) {
+      var own = 0, guarantee = 0;
+      terms.forEach(function (term) {
+        var figures = state.quotas[String(term[0])] || [0, 0];
+        own += term[1] * figures[0];
+        guarantee += term[1] * figures[1];
+      });
+      own = rounded(Math.max(0, own));
+      guarantee = rounded(Math.max(0, guarantee));
+      point.allocated.push(own);
+      point.guaranteed.push(guarantee);
+      point.lines.push(rounded(below + guarantee));
+      below = rounded(below + own);
+    });
+    return point;
+  }
+
+  // The table under the chart: each band's figures now, in the words of the page.
+  function fillBandCells(element, point) {
+    document.querySelectorAll("[data-band-of='" + element.dataset.chart + "']").forEach(function (cell) {
+      var band = parseInt(cell.dataset.band, 10);
+      var allocated = point.allocated[band], guaranteed = point.guaranteed[band];
+      var field = cell.dataset.bandField;
+      var shown = field === "allocated" ? allocated : field === "guaranteed" ? guaranteed : Math.max(0, allocated - guaranteed);
+      cell.textContent = String(rounded(shown));
+    });
+  }
+
+  function readable(value) { return rounded(value).toLocaleString("en-US", { maximumFractionDigits: 3 }); }
+
+  // The treemap: each box whose quota's figures changed is recoloured (allocated ÷ guaranteed)
+  // and relabelled, and the sentence under it names the quotas over their guarantee now.
+  function recolour(element, state) {
+    var touched = false;
+    Object.keys(heard).forEach(function (id) {
+      if (id in state.quotas) { state.quotas[id] = [heard[id].allocated, heard[id].guaranteed, heard[id].fair_share]; touched = true; }
+    });
+    if (!touched) { return; }
+    var trace = element.data[0];
+    var cap = state.spec.ratio_cap;
+    var colours = [], custom = [], over = [];
+    trace.ids.forEach(function (id, index) {
+      var figures = state.quotas[id];
+      var allocated = figures[0], guaranteed = figures[1];
+      var ratio = guaranteed > 0 ? Math.min(allocated / guaranteed, cap) : (allocated > 0 ? cap : 0);
+      colours.push(rounded(ratio));
+      var was = trace.customdata[index];
+      custom.push([readable(allocated), was[1], figures.length > 2 ? readable(figures[2]) : was[2]]);
+      if (allocated > guaranteed + 1e-9) { over.push(trace.labels[index] + " (" + readable(allocated) + " of " + readable(guaranteed) + " GPUs)"); }
+    });
+    window.Plotly.restyle(element, { "marker.colors": [colours], customdata: [custom] }, [0]);
+    var sentence = document.querySelector("[data-testid='over-quota']");
+    if (sentence) {
+      sentence.textContent = over.length ? "Over quota now: " + over.join(", ") + "." : "No quota is over its guarantee now.";
+      sentence.classList.toggle("muted", !over.length);
+    }
+    element.dataset.extended = String((parseInt(element.dataset.extended, 10) || 0) + 1);
+  }
+
+  function extend(element) {
+    var state = element._live;
+    if (!state || element.dataset.ready !== "true" || !window.Plotly) { return; }
+    if (state.spec.kind === "treemap") { recolour(element, state); return; }
+    var values;
+    if (state.spec.kind === "stacked") {
+      var touched = false;
+      Object.keys(heard).forEach(function (id) {
+        if (id in state.quotas) { state.quotas[id] = [heard[id].allocated, heard[id].guaranteed]; touched = true; }
+      });
+      if (!touched) { return; }
+      var point = stackedPoint(state);
+      fillBandCells(element, point);
+      values = point.allocated.concat(point.lines);
+    } else if (state.spec.kind === "quota") {
+      var mine = heard[String(state.spec.quota)];
+      if (!mine) { return; }
+      values = [mine.allocated, mine.guaranteed, mine.fair_share];
+    } else {
+      return;
+    }
+    var at = Date.now() + state.offset;
+    var moment = serverTime(at);
+    var xs = [], ys = [], indices = [];
+    values.forEach(function (value, index) { xs.push([moment]); ys.push([value]); indices.push(index); });
+    window.Plotly.extendTraces(element, { x: xs, y: ys }, indices, state.spec.max_points);
+    // The range ends now; it starts where the data does while that is younger than the range.
+    var first = Date.parse(String(element.data[0].x[0]).replace(" ", "T") + "Z");
+    var start = Math.max(at - state.spec.range_seconds * 1000, isNaN(first) ? -Infinity : first);
+    window.Plotly.relayout(element, { "xaxis.range": [serverTime(start), moment] });
+    element.dataset.extended = String((parseInt(element.dataset.extended, 10) || 0) + 1);
+  }
+
+  function flush() {
+    flushTimer = null;
+    document.querySelectorAll("[data-chart]").forEach(extend);
+    heard = {};
+  }
+
+  document.addEventListener("live:change", function (event) {
+    var topic = event.detail.topic;
+    var change = event.detail.change;
+    if (topic.lastIndexOf("quota:", 0) !== 0 || change.allocated === undefined) { return; }
+    heard[topic.slice(6)] = change;
+    if (!flushTimer) { flushTimer = window.setTimeout(flush, GATHER_MS); }
+  });
+
+  // After a reconnect live.js read the page again: draw the live charts from its fresh figures,
+  // so that what changed while the socket was down shows too.
+  document.addEventListener("live:resynced", function (event) {
+    var fresh = event.detail.document;
+    document.querySelectorAll("[data-chart]").forEach(function (element) {
+      if (!element._live || !window.Plotly) { return; }
+      var source = fresh.getElementById(element.dataset.chart);
+      if (!source) { return; }
+      var figure = JSON.parse(source.textContent);
+      document.getElementById(element.dataset.chart).textContent = source.textContent;
+      window.Plotly.react(element, figure.data, themed(figure.layout, element)).then(function () {
+        if (figure.live) { follow(element, figure.live); }
+      });
+      document.querySelectorAll("[data-band-of='" + element.dataset.chart + "']").forEach(function (cell) {
+        var match = fresh.querySelector("[data-band-of='" + element.dataset.chart + "'][data-band='" + cell.dataset.band + "'][data-band-field='" + cell.dataset.bandField + "']");
+        if (match) { cell.textContent = match.textContent; }
+      });
+    });
+  });
 
   // A colour key drawn in HTML, not plotly's colour bar: plotly sets an empty style="" on the
   // bar's rectangles, which the Content-Security-Policy refuses. Its gradient is set through the

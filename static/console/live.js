@@ -82,6 +82,8 @@
           var match = fresh.querySelector('[data-live="' + CSS.escape(cell.dataset.live) + '"]');
           if (match) { cell.textContent = match.textContent; cell.className = match.className; }
         });
+        // Charts redraw from the fresh page's figures (charts.js).
+        document.dispatchEvent(new CustomEvent("live:resynced", { detail: { document: fresh } }));
       })
       .catch(function () { /* the page stays as it was; the socket's changes still apply */ })
       .then(function () {
@@ -92,15 +94,24 @@
       });
   }
 
+  var subscribed = {};   // the topics asked for on this socket
+  var started = false;   // a socket was opened once: reconnects are the backoff's, not a swap's
+
   function connect() {
     var wanted = topics();
     if (!wanted.length || stopped) { return; }
+    started = true;
+    subscribed = {};
+    wanted.forEach(function (topic) { subscribed[topic] = true; });
     var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
     socket = new WebSocket(scheme + window.location.host + "/ws/live/");
     socket.addEventListener("open", function () {
       if (everOpen) { resync(); }
       everOpen = true;
       attempts = 0;
+      // The topics now: a swap while the socket was connecting may have added some.
+      wanted = topics();
+      wanted.forEach(function (topic) { subscribed[topic] = true; });
       socket.send(JSON.stringify({ subscribe: wanted }));
     });
     socket.addEventListener("message", function (event) {
@@ -130,6 +141,17 @@
       window.setTimeout(connect, wait + Math.random() * 500);
     });
   }
+
+  // Content swapped in by htmx (a quota's Monitoring tab) may name topics the page had not:
+  // subscribe to them on the open socket, or open one if the page had none.
+  document.addEventListener("htmx:afterSettle", function () {
+    if (stopped) { return; }
+    if (!socket) { if (!started) { connect(); } return; }
+    var more = topics().filter(function (topic) { return !subscribed[topic]; });
+    if (!more.length || socket.readyState !== WebSocket.OPEN) { return; }
+    more.forEach(function (topic) { subscribed[topic] = true; });
+    socket.send(JSON.stringify({ subscribe: more }));
+  });
 
   document.addEventListener("DOMContentLoaded", connect);
 })();

@@ -42,15 +42,26 @@ def test_the_overview_has_a_treemap_of_guarantees_coloured_by_use(pai_world: dic
     assert treemap["parents"][treemap["labels"].index("Quota1.1")] == str(quota_id("Quota1"))
     assert b"Over quota now:" in page and b"Quota1.1 (24 of 12 GPUs)" in page
     assert b'data-testid="quota-row"' not in page  # the table is the List view's
+    # What the page's script recolours a box from when its quota's figures change.
+    live = figure(page, "quota-treemap")["live"]
+    assert live["kind"] == "treemap" and live["quotas"][str(quota_id("Quota1.1"))] == [24, 12]
 
 
 def test_the_overview_stacks_allocation_under_the_single_root(pai_world: dict[str, AbstractUser]) -> None:
     area = figure(client_as(pai_world, "platform-admin").get("/quotas/?view=overview").content, "quota-allocation")
-    names = [trace["name"] for trace in area["data"]]
-    assert names == ["Quota1.2", "Quota1.1", "Quota1 (own jobs)"]
-    assert all(trace["stackgroup"] == "allocated" for trace in area["data"])
-    assert area["data"][1]["y"][-1] == 24  # Quota1.1 now
-    assert area["data"][2]["y"][-1] == 0  # Quota1 runs no job of its own
+    bands, lines = area["data"][:3], area["data"][3:]
+    assert [trace["name"] for trace in bands] == ["Quota1.2", "Quota1.1", "Quota1 (own jobs)"]
+    assert all(trace["stackgroup"] == "allocated" for trace in bands)
+    assert bands[1]["y"][-1] == 24  # Quota1.1 now
+    assert bands[2]["y"][-1] == 0  # Quota1 runs no job of its own
+    # Each band's guarantee, as a dashed line on top of the bands below it: Quota1.1's band tops
+    # out at 0 + 24, above its line at 0 + 12, which shows it is over quota.
+    names = [line["name"] for line in lines]
+    assert names == ["Quota1.2 guarantee", "Quota1.1 guarantee", "Quota1 (own jobs) guarantee"]
+    assert all("stackgroup" not in line and line["line"]["dash"] == "dash" for line in lines)
+    assert [line["y"][-1] for line in lines] == [20, 0 + 12, 0 + 24 + 0]
+    assert [line["customdata"][-1] for line in lines] == [20, 12, 0]
+    assert lines[1]["line"]["color"] == bands[1]["line"]["color"]
 
 
 def test_the_area_holds_each_figure_until_its_next_sample(pai_world: dict[str, AbstractUser]) -> None:
@@ -73,7 +84,9 @@ def test_others_see_only_their_bound_quotas_in_the_overview(pai_world: dict[str,
     page = client_as(pai_world, "developer").get("/quotas/?view=overview").content
     assert figure(page, "quota-treemap")["data"][0]["labels"] == ["Quota1.1"]
     area = figure(page, "quota-allocation")
-    assert [trace["name"] for trace in area["data"]] == ["Quota1.1"]
+    assert [trace["name"] for trace in area["data"]] == ["Quota1.1", "Quota1.1 guarantee"]
+    # The page follows only the quotas she may see.
+    assert f'data-live-topics="quota:{quota_id("Quota1.1")}"'.encode() in page
     outsider = client_as(pai_world, "outsider").get("/quotas/?view=overview").content
     assert b"quota-treemap" not in outsider and b"No quota is visible to you" in outsider
 

@@ -71,9 +71,10 @@ def test_the_overview_draws_the_treemap_and_the_stacked_area(
     expect(treemap.locator("svg.main-svg").first).to_be_visible()
     expect(area.locator("svg.main-svg").first).to_be_visible()
     expect(treemap).to_have_attribute("data-ready", "true")
-    # The treemap names the quotas; the area has one band per quota of the level it stacks.
+    # The treemap names the quotas; the area has one band per quota of the level it stacks, and
+    # one guarantee line per band.
     expect(treemap.locator("g.slice").filter(has_text="Quota1.1").first).to_be_visible()
-    assert area.locator("g.trace.scatter").count() == 3
+    assert area.locator("g.trace.scatter").count() == 6
     expect(page.get_by_test_id("over-quota")).to_contain_text("Quota1.1 (24 of 12 GPUs)")
     # plotly's rules came from our stylesheet, not from a <style> element it injected.
     assert page.locator("style").count() == 0
