@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.db.models.functions import Coalesce
 
 from quotas.models import Node, NodeExecutor, NodeState
-from quotas.node_agents import mark_lost
+from quotas.node_agents import heartbeat_record_seconds, mark_lost
 from scheduling import lifecycle, triggers
 from scheduling.models import Job, JobState, ReplicaPlacementRecord
 
@@ -48,10 +48,13 @@ def check_lost_nodes(now: datetime) -> int:
     with an event, and their devices freed. Returns how many nodes and jobs changed."""
     lost_after = float(settings.NODE_LOST_SECONDS)
     grace = float(settings.NODE_LOST_GRACE_SECONDS)
+    # The stored beat may lag the last real one by up to heartbeat_record_seconds (beats do not
+    # all rewrite it): waiting that much longer means a node is never lost before its time.
+    recorded_lag = heartbeat_record_seconds()
     silent = list(
         Node.objects.filter(executor=NodeExecutor.AGENT, state=NodeState.READY)
         .annotate(seen=Coalesce("last_heartbeat", "created_at"))
-        .filter(seen__lt=now - timedelta(seconds=lost_after))
+        .filter(seen__lt=now - timedelta(seconds=lost_after + recorded_lag))
         .values_list("pk", flat=True)
     )
     changed = 0
