@@ -348,6 +348,13 @@ def _settle_jobs(
         if job is None:
             continue
         all_gone = all(gone(replica, node_id) for replica, node_id in replicas[job_id])
+        if job.state == JobState.RELEASING and all_gone and job.reason_code == lifecycle.CANCELLING:
+            if lifecycle.finish_cancel(
+                job_id=job.pk, seen_revision=job.revision, now=now, why="its processes stopped; devices freed"
+            ):
+                ended.add(job.pk)
+                triggers.request_cycle_on_commit("cancel")
+            continue
         if job.state == JobState.RELEASING and all_gone:
             if lifecycle.release_job(
                 job_id=job.pk,

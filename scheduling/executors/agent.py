@@ -69,7 +69,7 @@ def check_lost_nodes(now: datetime) -> int:
     )
     holding = list(
         ReplicaPlacementRecord.objects.filter(abandoned)
-        .values_list("job_id", "job__state", "job__revision", "job__requeue", "node__name")
+        .values_list("job_id", "job__state", "job__revision", "job__requeue", "node__name", "job__reason_code")
         .order_by("job_id")
         .distinct()
     )
@@ -77,7 +77,16 @@ def check_lost_nodes(now: datetime) -> int:
         return changed
     with transaction.atomic():
         released = 0
-        for job_id, state, revision, requeue, node_name in _first_per_job(holding):
+        for job_id, state, revision, requeue, node_name, reason in _first_per_job(holding):
+            if state == JobState.RELEASING and reason == lifecycle.CANCELLING:
+                # Cancelled while its node went silent: cancelled, not requeued.
+                released += lifecycle.finish_cancel(
+                    job_id=job_id,
+                    seen_revision=revision,
+                    now=now,
+                    why=f"devices freed with node {node_name} lost: no heartbeat for {lost_after + grace:g} s",
+                )
+                continue
             if lifecycle.release_job(
                 job_id=job_id,
                 seen_state=state,
