@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import random
@@ -183,14 +184,64 @@ class Stats:
         return [seconds for at, seconds in self.latencies if start <= at < end]
 
 
-def web_rss_mib(launcher_pid: int) -> float:
+def _web_processes(launcher_pid: int) -> list[psutil.Process]:
+    """uvicorn and, with WEB_CONCURRENCY > 1, its worker processes."""
+    found = []
     for child in psutil.Process(launcher_pid).children(recursive=True):
         try:
-            if "uvicorn" in " ".join(child.cmdline()):
-                return child.memory_info().rss / 2**20
+            command = " ".join(child.cmdline())
         except psutil.Error:
             continue
-    return float("nan")
+        if "uvicorn" in command or "multiprocessing" in command:
+            found.append(child)
+    return found
+
+
+def web_rss_mib(launcher_pid: int) -> float:
+    """The web processes' resident memory together (the manager's and every worker's)."""
+    total = 0.0
+    for process in _web_processes(launcher_pid):
+        with contextlib.suppress(psutil.Error):
+            total += process.memory_info().rss / 2**20
+    return total or float("nan")
+
+
+def cpu_seconds(launcher_pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) used so far by the web processes, and by the whole console
+    (launcher, web, worker, beat, Redis): per beat, the figure the machine's load distorts least."""
+    web = whole = 0.0
+    web_pids = {process.pid for process in _web_processes(launcher_pid)}
+    launcher = psutil.Process(launcher_pid)
+    for process in [launcher, *launcher.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            times = process.cpu_times()
+            used = times.user + times.system
+            whole += used
+            if process.pid in web_pids:
+                web += used
+    return web, whole
+
+
+class CpuWindow:
+    """CPU per beat over a window: the console's processes and this client's own."""
+
+    def __init__(self, launcher_pid: int) -> None:
+        self.launcher_pid = launcher_pid
+        self.reset()
+
+    def reset(self) -> None:
+        self.web, self.whole = cpu_seconds(self.launcher_pid)
+        self.client = time.process_time()
+
+    def per_beat(self, beats: int) -> str:
+        web, whole = cpu_seconds(self.launcher_pid)
+        client = time.process_time()
+        if not beats:
+            return "no beats"
+        return (
+            f"CPU per beat: web {(web - self.web) / beats * 1000:.2f} ms, whole console "
+            f"{(whole - self.whole) / beats * 1000:.2f} ms, load client {(client - self.client) / beats * 1000:.2f} ms"
+        )
 
 
 async def drive(
@@ -211,6 +262,7 @@ async def drive(
         minute = 0
         reclaim = 0
         rss: list[tuple[int, float]] = []
+        cpu = CpuWindow(launcher_pid)
         while time.time() < started + args.seconds:
             await asyncio.sleep(30)
             elapsed = time.time() - started
@@ -226,17 +278,22 @@ async def drive(
                 print(
                     f"minute {minute}: {len(window) / 60:.0f} beats/s, p50 {percentile(window, 0.5) * 1000:.1f} ms, "
                     f"p99 {percentile(window, 0.99) * 1000:.1f} ms, max {max(window, default=0) * 1000:.0f} ms, "
-                    f"web RSS {rss[-1][1]:.0f} MiB, statuses {dict(stats.statuses)}",
+                    f"web RSS {rss[-1][1]:.0f} MiB, statuses {dict(stats.statuses)}; {cpu.per_beat(len(window))}; "
+                    f"load average {os.getloadavg()[0]:.2f}",
                     flush=True,
                 )
+                cpu.reset()
         for step in args.ramp:
             interval[0] = step
             mark = time.time()
-            await asyncio.sleep(20)
+            await asyncio.sleep(5)
+            cpu.reset()
+            await asyncio.sleep(15)
             window = stats.window(mark + 5, time.time())
             print(
                 f"ramp interval {step:g} s: {len(window) / 15:.0f} beats/s, "
-                f"p50 {percentile(window, 0.5) * 1000:.1f} ms, p99 {percentile(window, 0.99) * 1000:.1f} ms",
+                f"p50 {percentile(window, 0.5) * 1000:.1f} ms, p99 {percentile(window, 0.99) * 1000:.1f} ms; "
+                f"{cpu.per_beat(len(window))}; load average {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
         for task in tasks:
@@ -280,10 +337,14 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--ramp", type=float, nargs="*", default=[], help="intervals to step through, e.g. 4 3 2 1.5 1")
     parser.add_argument("--port", type=int, default=8471)
+    parser.add_argument(
+        "--web-processes", type=int, default=1, help="the console's WEB_CONCURRENCY (uvicorn processes)"
+    )
+    parser.add_argument("--database", default="agentbench", help="the scratch PostgreSQL database's name")
     args = parser.parse_args()
 
     server = os.environ.get("DATABASE_URL", "")
-    database_url = fresh_postgres(server, "agent_bench") if server.startswith("postgres") else ""
+    database_url = fresh_postgres(server, args.database) if server.startswith("postgres") else ""
     scratch = Path(tempfile.mkdtemp(prefix="agent-bench-"))
     if not database_url:
         database_url = f"sqlite:///{scratch / 'console.sqlite3'}"
@@ -293,6 +354,7 @@ def main() -> int:
             "AGENT_HEARTBEAT_SECONDS": str(args.interval),
             "DATABASE_URL": database_url,
             "DJANGO_SETTINGS_MODULE": "console.settings",
+            "WEB_CONCURRENCY": str(args.web_processes),
         }
     )
     os.environ.pop("REDIS_URL", None)
@@ -308,7 +370,8 @@ def main() -> int:
             tokens, world = setup_world(args.agents)
             print(
                 f"{args.agents} agents, a beat every {args.interval:g} s ({args.agents / args.interval:.0f}/s), "
-                f"{'PostgreSQL' if server.startswith('postgres') else 'SQLite'}",
+                f"{'PostgreSQL' if server.startswith('postgres') else 'SQLite'}, {args.web_processes} web "
+                f"process(es), load average {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
             stats = asyncio.run(drive(console.url, tokens, args, world, console.process.pid))
