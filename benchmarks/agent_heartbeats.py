@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
+import json
 import os
 import random
 import sys
@@ -38,8 +38,8 @@ from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -103,6 +103,94 @@ def submit(world: dict[str, Any], quota: str, count: int, *, priority: int, pref
     )
 
 
+class LeanClient:
+    """HTTP/1.1 POSTs over a pool of kept-alive connections, in plain asyncio.
+
+    httpx cost the load client about as much CPU per request as the console spent on the beat
+    itself, on the same two cores, so the figures measured the client as much as the server.
+    This speaks just what the benchmark needs: a JSON body out, a status and a JSON body back
+    (Content-Length or chunked), one request at a time per connection."""
+
+    class Failed(Exception):
+        """The connection broke or the answer was not HTTP: counted as an error."""
+
+    def __init__(self, url: str, connections: int, timeout: float = 30.0) -> None:
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.timeout = timeout
+        self.closed = False
+        self._slots = asyncio.Semaphore(connections)
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def post(self, path: str, payload: Any, headers: dict[str, str]) -> tuple[int, Any]:
+        if self.closed:
+            raise RuntimeError("the client is closed")
+        async with self._slots:
+            reused = self._idle.pop() if self._idle else None
+            try:
+                try:
+                    connection = reused or await asyncio.open_connection(self.host, self.port)
+                    status, content, keep = await asyncio.wait_for(
+                        self._exchange(*connection, path, payload, headers), self.timeout
+                    )
+                except (OSError, asyncio.IncompleteReadError, IndexError):
+                    if reused is None:
+                        raise
+                    # uvicorn closes a connection idle for 5 s: once more on a fresh one.
+                    reused[1].close()
+                    connection = await asyncio.open_connection(self.host, self.port)
+                    status, content, keep = await asyncio.wait_for(
+                        self._exchange(*connection, path, payload, headers), self.timeout
+                    )
+            except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, IndexError) as error:
+                raise LeanClient.Failed(str(error)) from error
+            if keep:
+                self._idle.append(connection)
+            else:
+                connection[1].close()
+        return status, json.loads(content) if content else None
+
+    async def _exchange(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        path: str,
+        payload: Any,
+        headers: dict[str, str],
+    ) -> tuple[int, bytes, bool]:
+        body = json.dumps(payload).encode()
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n" + "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+        )
+        writer.write(head.encode() + b"\r\n" + body)
+        status = int((await reader.readline()).split()[1])
+        length, chunked, keep = 0, False, True
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            name, value = name.strip().lower(), value.strip().lower()
+            if name == "content-length":
+                length = int(value)
+            elif name == "transfer-encoding":
+                chunked = "chunked" in value
+            elif name == "connection":
+                keep = "close" not in value
+        if not chunked:
+            return status, await reader.readexactly(length), keep
+        content = b""
+        while size := int((await reader.readline()).split(b";")[0], 16):
+            content += await reader.readexactly(size)
+            await reader.readline()
+        await reader.readline()
+        return status, content, keep
+
+    async def aclose(self) -> None:
+        self.closed = True
+        for _reader, writer in self._idle:
+            writer.close()
+        self._idle.clear()
+
+
 class SimulatedAgent:
     def __init__(self, node: str, token: str, stats: Stats) -> None:
         self.node = node
@@ -121,23 +209,22 @@ class SimulatedAgent:
         ]
         return {"node": self.node, "processes": processes, "samples": samples}
 
-    async def beat(self, client: httpx.AsyncClient) -> None:
+    async def beat(self, client: LeanClient) -> None:
         reported_exits = dict(self.exited)
         started = time.perf_counter()
         try:
-            answer = await client.post("/api/v1/agent/heartbeat/", json=self.body(), headers=self.headers)
-        except httpx.HTTPError:
+            status, desired = await client.post("/api/v1/agent/heartbeat/", self.body(), self.headers)
+        except LeanClient.Failed:
             self.stats.errors += 1
             return
         except RuntimeError:
             return  # the run is over: the client closed
         elapsed = time.perf_counter() - started
-        self.stats.record(elapsed, answer.status_code)
-        if answer.status_code != 200:
+        self.stats.record(elapsed, status)
+        if status != 200:
             return
         for replica in reported_exits:
             self.exited.pop(replica, None)
-        desired = answer.json()
         now = time.time()
         stopped = False
         for stop in desired["stops"]:
@@ -151,7 +238,7 @@ class SimulatedAgent:
         if stopped:
             await self.beat(client)  # a process ended: the real agent beats at once
 
-    async def run(self, client: httpx.AsyncClient, interval: list[float], until: float) -> None:
+    async def run(self, client: LeanClient, interval: list[float], until: float) -> None:
         register = {
             "node": self.node,
             "gpus": [
@@ -159,8 +246,8 @@ class SimulatedAgent:
             ],
         }
         try:
-            await client.post("/api/v1/agent/register/", json=register, headers=self.headers)
-        except httpx.HTTPError:
+            await client.post("/api/v1/agent/register/", register, self.headers)
+        except LeanClient.Failed:
             self.stats.errors += 1
         await asyncio.sleep(random.uniform(0, interval[0]))
         while time.time() < until:
@@ -249,11 +336,11 @@ async def drive(
 ) -> Stats:
     stats = Stats()
     interval = [args.interval]
-    limits = httpx.Limits(max_connections=args.connections, max_keepalive_connections=args.connections)
     started = time.time()
     total = args.seconds + (20 * len(args.ramp) if args.ramp else 0)
     until = started + total + 30  # the agents outlive the last step's window
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
+    client = LeanClient(url, args.connections)
+    try:
         agents = [SimulatedAgent(node, token, stats) for node, token in tokens]
         tasks = [asyncio.create_task(agent.run(client, interval, until)) for agent in agents]
         loop = asyncio.get_running_loop()
@@ -299,6 +386,8 @@ async def drive(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        await client.aclose()
     return stats
 
 
@@ -366,7 +455,6 @@ def main() -> int:
             django.setup()
             settings.SCHEDULER_TRIGGER = "none"  # the console's beat runs the cycles
             settings.SCHEDULER_PUBLISH_EVENTS = False  # this process has no Channels layer of its own
-            logging.getLogger("httpx").setLevel(logging.WARNING)
             tokens, world = setup_world(args.agents)
             print(
                 f"{args.agents} agents, a beat every {args.interval:g} s ({args.agents / args.interval:.0f}/s), "
