@@ -4,7 +4,9 @@ downsample them and prune them.
 Samples are measurements, not anyone's decision: they carry no audit record (as the cycle's
 AllocationSample does not). Every write is a bulk insert or a ranged delete.
 
-The node agent calls `record_gpu_samples(node, samples)` from its heartbeat (docs/telemetry.md).
+Node agents' beats reach `record_agent_samples` after they commit, which keeps each web process's
+readings for up to a second and writes them together (docs/agent.md); `record_gpu_samples` writes
+one report at once (docs/telemetry.md).
 """
 
 from __future__ import annotations
