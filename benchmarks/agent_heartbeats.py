@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
+import contextlib
+import json
 import os
 import random
 import sys
@@ -37,8 +38,8 @@ from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -102,6 +103,94 @@ def submit(world: dict[str, Any], quota: str, count: int, *, priority: int, pref
     )
 
 
+class LeanClient:
+    """HTTP/1.1 POSTs over a pool of kept-alive connections, in plain asyncio.
+
+    httpx cost the load client about as much CPU per request as the console spent on the beat
+    itself, on the same two cores, so the figures measured the client as much as the server.
+    This speaks just what the benchmark needs: a JSON body out, a status and a JSON body back
+    (Content-Length or chunked), one request at a time per connection."""
+
+    class Failed(Exception):
+        """The connection broke or the answer was not HTTP: counted as an error."""
+
+    def __init__(self, url: str, connections: int, timeout: float = 30.0) -> None:
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.timeout = timeout
+        self.closed = False
+        self._slots = asyncio.Semaphore(connections)
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def post(self, path: str, payload: Any, headers: dict[str, str]) -> tuple[int, Any]:
+        if self.closed:
+            raise RuntimeError("the client is closed")
+        async with self._slots:
+            reused = self._idle.pop() if self._idle else None
+            try:
+                try:
+                    connection = reused or await asyncio.open_connection(self.host, self.port)
+                    status, content, keep = await asyncio.wait_for(
+                        self._exchange(*connection, path, payload, headers), self.timeout
+                    )
+                except (OSError, asyncio.IncompleteReadError, IndexError):
+                    if reused is None:
+                        raise
+                    # uvicorn closes a connection idle for 5 s: once more on a fresh one.
+                    reused[1].close()
+                    connection = await asyncio.open_connection(self.host, self.port)
+                    status, content, keep = await asyncio.wait_for(
+                        self._exchange(*connection, path, payload, headers), self.timeout
+                    )
+            except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, IndexError) as error:
+                raise LeanClient.Failed(str(error)) from error
+            if keep:
+                self._idle.append(connection)
+            else:
+                connection[1].close()
+        return status, json.loads(content) if content else None
+
+    async def _exchange(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        path: str,
+        payload: Any,
+        headers: dict[str, str],
+    ) -> tuple[int, bytes, bool]:
+        body = json.dumps(payload).encode()
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n" + "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+        )
+        writer.write(head.encode() + b"\r\n" + body)
+        status = int((await reader.readline()).split()[1])
+        length, chunked, keep = 0, False, True
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            name, value = name.strip().lower(), value.strip().lower()
+            if name == "content-length":
+                length = int(value)
+            elif name == "transfer-encoding":
+                chunked = "chunked" in value
+            elif name == "connection":
+                keep = "close" not in value
+        if not chunked:
+            return status, await reader.readexactly(length), keep
+        content = b""
+        while size := int((await reader.readline()).split(b";")[0], 16):
+            content += await reader.readexactly(size)
+            await reader.readline()
+        await reader.readline()
+        return status, content, keep
+
+    async def aclose(self) -> None:
+        self.closed = True
+        for _reader, writer in self._idle:
+            writer.close()
+        self._idle.clear()
+
+
 class SimulatedAgent:
     def __init__(self, node: str, token: str, stats: Stats) -> None:
         self.node = node
@@ -120,23 +209,22 @@ class SimulatedAgent:
         ]
         return {"node": self.node, "processes": processes, "samples": samples}
 
-    async def beat(self, client: httpx.AsyncClient) -> None:
+    async def beat(self, client: LeanClient) -> None:
         reported_exits = dict(self.exited)
         started = time.perf_counter()
         try:
-            answer = await client.post("/api/v1/agent/heartbeat/", json=self.body(), headers=self.headers)
-        except httpx.HTTPError:
+            status, desired = await client.post("/api/v1/agent/heartbeat/", self.body(), self.headers)
+        except LeanClient.Failed:
             self.stats.errors += 1
             return
         except RuntimeError:
             return  # the run is over: the client closed
         elapsed = time.perf_counter() - started
-        self.stats.record(elapsed, answer.status_code)
-        if answer.status_code != 200:
+        self.stats.record(elapsed, status)
+        if status != 200:
             return
         for replica in reported_exits:
             self.exited.pop(replica, None)
-        desired = answer.json()
         now = time.time()
         stopped = False
         for stop in desired["stops"]:
@@ -150,7 +238,7 @@ class SimulatedAgent:
         if stopped:
             await self.beat(client)  # a process ended: the real agent beats at once
 
-    async def run(self, client: httpx.AsyncClient, interval: list[float], until: float) -> None:
+    async def run(self, client: LeanClient, interval: list[float], until: float) -> None:
         register = {
             "node": self.node,
             "gpus": [
@@ -158,8 +246,8 @@ class SimulatedAgent:
             ],
         }
         try:
-            await client.post("/api/v1/agent/register/", json=register, headers=self.headers)
-        except httpx.HTTPError:
+            await client.post("/api/v1/agent/register/", register, self.headers)
+        except LeanClient.Failed:
             self.stats.errors += 1
         await asyncio.sleep(random.uniform(0, interval[0]))
         while time.time() < until:
@@ -183,15 +271,64 @@ class Stats:
         return [seconds for at, seconds in self.latencies if start <= at < end]
 
 
-def web_rss_mib(launcher_pid: int) -> float:
+def _web_processes(launcher_pid: int) -> list[psutil.Process]:
+    """uvicorn and, with WEB_CONCURRENCY > 1, its worker processes."""
+    found = []
     for child in psutil.Process(launcher_pid).children(recursive=True):
         try:
-            if "uvicorn" in " ".join(child.cmdline()):
-                rss: int = child.memory_info().rss
-                return rss / 2**20
+            command = " ".join(child.cmdline())
         except psutil.Error:
             continue
-    return float("nan")
+        if "uvicorn" in command or "multiprocessing" in command:
+            found.append(child)
+    return found
+
+
+def web_rss_mib(launcher_pid: int) -> float:
+    """The web processes' resident memory together (the manager's and every worker's)."""
+    total = 0.0
+    for process in _web_processes(launcher_pid):
+        with contextlib.suppress(psutil.Error):
+            total += process.memory_info().rss / 2**20
+    return total or float("nan")
+
+
+def cpu_seconds(launcher_pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) used so far by the web processes, and by the whole console
+    (launcher, web, worker, beat, Redis): per beat, the figure the machine's load distorts least."""
+    web = whole = 0.0
+    web_pids = {process.pid for process in _web_processes(launcher_pid)}
+    launcher = psutil.Process(launcher_pid)
+    for process in [launcher, *launcher.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            times = process.cpu_times()
+            used = times.user + times.system
+            whole += used
+            if process.pid in web_pids:
+                web += used
+    return web, whole
+
+
+class CpuWindow:
+    """CPU per beat over a window: the console's processes and this client's own."""
+
+    def __init__(self, launcher_pid: int) -> None:
+        self.launcher_pid = launcher_pid
+        self.reset()
+
+    def reset(self) -> None:
+        self.web, self.whole = cpu_seconds(self.launcher_pid)
+        self.client = time.process_time()
+
+    def per_beat(self, beats: int) -> str:
+        web, whole = cpu_seconds(self.launcher_pid)
+        client = time.process_time()
+        if not beats:
+            return "no beats"
+        return (
+            f"CPU per beat: web {(web - self.web) / beats * 1000:.2f} ms, whole console "
+            f"{(whole - self.whole) / beats * 1000:.2f} ms, load client {(client - self.client) / beats * 1000:.2f} ms"
+        )
 
 
 async def drive(
@@ -199,11 +336,11 @@ async def drive(
 ) -> Stats:
     stats = Stats()
     interval = [args.interval]
-    limits = httpx.Limits(max_connections=args.connections, max_keepalive_connections=args.connections)
     started = time.time()
     total = args.seconds + (20 * len(args.ramp) if args.ramp else 0)
     until = started + total + 30  # the agents outlive the last step's window
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
+    client = LeanClient(url, args.connections)
+    try:
         agents = [SimulatedAgent(node, token, stats) for node, token in tokens]
         tasks = [asyncio.create_task(agent.run(client, interval, until)) for agent in agents]
         loop = asyncio.get_running_loop()
@@ -212,6 +349,7 @@ async def drive(
         minute = 0
         reclaim = 0
         rss: list[tuple[int, float]] = []
+        cpu = CpuWindow(launcher_pid)
         while time.time() < started + args.seconds:
             await asyncio.sleep(30)
             elapsed = time.time() - started
@@ -227,22 +365,29 @@ async def drive(
                 print(
                     f"minute {minute}: {len(window) / 60:.0f} beats/s, p50 {percentile(window, 0.5) * 1000:.1f} ms, "
                     f"p99 {percentile(window, 0.99) * 1000:.1f} ms, max {max(window, default=0) * 1000:.0f} ms, "
-                    f"web RSS {rss[-1][1]:.0f} MiB, statuses {dict(stats.statuses)}",
+                    f"web RSS {rss[-1][1]:.0f} MiB, statuses {dict(stats.statuses)}; {cpu.per_beat(len(window))}; "
+                    f"load average {os.getloadavg()[0]:.2f}",
                     flush=True,
                 )
+                cpu.reset()
         for step in args.ramp:
             interval[0] = step
             mark = time.time()
-            await asyncio.sleep(20)
+            await asyncio.sleep(5)
+            cpu.reset()
+            await asyncio.sleep(15)
             window = stats.window(mark + 5, time.time())
             print(
                 f"ramp interval {step:g} s: {len(window) / 15:.0f} beats/s, "
-                f"p50 {percentile(window, 0.5) * 1000:.1f} ms, p99 {percentile(window, 0.99) * 1000:.1f} ms",
+                f"p50 {percentile(window, 0.5) * 1000:.1f} ms, p99 {percentile(window, 0.99) * 1000:.1f} ms; "
+                f"{cpu.per_beat(len(window))}; load average {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        await client.aclose()
     return stats
 
 
@@ -281,10 +426,14 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--ramp", type=float, nargs="*", default=[], help="intervals to step through, e.g. 4 3 2 1.5 1")
     parser.add_argument("--port", type=int, default=8471)
+    parser.add_argument(
+        "--web-processes", type=int, default=1, help="the console's WEB_CONCURRENCY (uvicorn processes)"
+    )
+    parser.add_argument("--database", default="agentbench", help="the scratch PostgreSQL database's name")
     args = parser.parse_args()
 
     server = os.environ.get("DATABASE_URL", "")
-    database_url = fresh_postgres(server, "agent_bench") if server.startswith("postgres") else ""
+    database_url = fresh_postgres(server, args.database) if server.startswith("postgres") else ""
     scratch = Path(tempfile.mkdtemp(prefix="agent-bench-"))
     if not database_url:
         database_url = f"sqlite:///{scratch / 'console.sqlite3'}"
@@ -294,6 +443,7 @@ def main() -> int:
             "AGENT_HEARTBEAT_SECONDS": str(args.interval),
             "DATABASE_URL": database_url,
             "DJANGO_SETTINGS_MODULE": "console.settings",
+            "WEB_CONCURRENCY": str(args.web_processes),
         }
     )
     os.environ.pop("REDIS_URL", None)
@@ -305,11 +455,11 @@ def main() -> int:
             django.setup()
             settings.SCHEDULER_TRIGGER = "none"  # the console's beat runs the cycles
             settings.SCHEDULER_PUBLISH_EVENTS = False  # this process has no Channels layer of its own
-            logging.getLogger("httpx").setLevel(logging.WARNING)
             tokens, world = setup_world(args.agents)
             print(
                 f"{args.agents} agents, a beat every {args.interval:g} s ({args.agents / args.interval:.0f}/s), "
-                f"{'PostgreSQL' if server.startswith('postgres') else 'SQLite'}",
+                f"{'PostgreSQL' if server.startswith('postgres') else 'SQLite'}, {args.web_processes} web "
+                f"process(es), load average {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
             stats = asyncio.run(drive(console.url, tokens, args, world, console.process.pid))

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -126,22 +126,50 @@ def _local_agent_command(port: int, host: str, gpus: int) -> list[str]:
     ]
 
 
-def _process_table(port: int, host: str) -> dict[str, list[str]]:
+# One web process is the embedded default: SQLite takes one writer at a time, so more processes
+# would only wait on its lock. On PostgreSQL, more processes serve more requests (node agents'
+# beats above all) at the cost of one connection pool each.
+WEB_CONCURRENCY_DEFAULT = 1
+WEB_CONCURRENCY_MAX = 16
+
+
+def web_concurrency(environment: Mapping[str, str]) -> int:
+    """WEB_CONCURRENCY: how many web processes serve the port (uvicorn's --workers)."""
+    raw = environment.get("WEB_CONCURRENCY", "").strip()
+    if not raw:
+        return WEB_CONCURRENCY_DEFAULT
+    try:
+        processes = int(raw)
+    except ValueError:
+        processes = 0
+    if not 1 <= processes <= WEB_CONCURRENCY_MAX:
+        raise LaunchError(
+            f"WEB_CONCURRENCY must be a whole number from 1 to {WEB_CONCURRENCY_MAX} (web processes), got {raw!r}."
+        )
+    return processes
+
+
+def _process_table(port: int, host: str, web_processes: int = WEB_CONCURRENCY_DEFAULT) -> dict[str, list[str]]:
     python = sys.executable
+    web = [
+        python,
+        "-m",
+        "uvicorn",
+        "console.asgi:application",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--lifespan",
+        "off",
+        "--no-access-log",
+    ]
+    if web_processes > 1:
+        # uvicorn's own manager forks the processes onto one listening socket; the supervisor
+        # stops its whole process group, workers included.
+        web += ["--workers", str(web_processes)]
     return {
-        "web": [
-            python,
-            "-m",
-            "uvicorn",
-            "console.asgi:application",
-            "--host",
-            host,
-            "--port",
-            str(port),
-            "--lifespan",
-            "off",
-            "--no-access-log",
-        ],
+        "web": web,
         "worker": [
             python,
             "-m",
@@ -247,7 +275,7 @@ def serve() -> int:
         from django.conf import settings
 
         host = os.environ.get("HOST", "127.0.0.1")
-        processes = _process_table(settings.PORT, host)
+        processes = _process_table(settings.PORT, host, web_concurrency(os.environ))
         if settings.CONSOLE_LOCAL_AGENT:
             processes["agent"] = _local_agent_command(settings.PORT, host, settings.CONSOLE_LOCAL_AGENT_GPUS)
         supervisor = Supervisor(processes, cwd=BASE_DIR, on_change=_report_change)

@@ -271,6 +271,8 @@ CONSOLE_LOCAL_AGENT_GPUS: int = env.int("CONSOLE_LOCAL_AGENT_GPUS", default=2)
 # Per-GPU telemetry (docs/telemetry.md): the simulated nodes' sampling interval, and how long
 # each level is kept (samples, then 1-minute averages, then 1-hour averages).
 TELEMETRY_SAMPLE_SECONDS: float = env.float("TELEMETRY_SAMPLE_SECONDS", default=5.0)
+# Node agents' GPU readings are written together, at most this late (telemetry.services).
+AGENT_SAMPLES_FLUSH_SECONDS: float = env.float("AGENT_SAMPLES_FLUSH_SECONDS", default=1.0)
 TELEMETRY_RAW_RETENTION_HOURS: float = env.float("TELEMETRY_RAW_RETENTION_HOURS", default=1.0)
 TELEMETRY_MINUTE_RETENTION_DAYS: float = env.float("TELEMETRY_MINUTE_RETENTION_DAYS", default=7.0)
 TELEMETRY_HOUR_RETENTION_DAYS: float = env.float("TELEMETRY_HOUR_RETENTION_DAYS", default=90.0)

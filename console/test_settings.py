@@ -38,3 +38,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Hashing a password the production way takes a tenth of a second; the suite signs in thousands
 # of times (the fuzz tests load the demo's seven users for each operation).
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Each beat's GPU readings are written at once: a reading kept in the process's buffer would
+# outlive its test's database rows and be written into the next test's.
+AGENT_SAMPLES_FLUSH_SECONDS = 0.0

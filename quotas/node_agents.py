@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -56,11 +58,58 @@ def issue_node_token(*, actor: Actor, node: Node) -> str:
     return token
 
 
+# The 401's sentence, for a token never issued and for one rotated away alike.
+REVOKED = "Unknown or revoked node token; a platform admin issues a new one."
+
+
+class NodeTokenRevoked(Exception):
+    """The token this process remembered was rotated since: the request is refused (401)."""
+
+
+# token hash -> its agent (with its node), as this process last read it. A thousand agents beating
+# every few seconds would otherwise build the same two model instances from the same row on every
+# beat. Nothing is trusted from it for long: every endpoint that accepts a remembered agent
+# checks, in its first statement, that the agent still has this hash (`verify_token` or the
+# heartbeat's own read), so a token rotated from any process is refused at its next use, and
+# forgotten here then.
+_REMEMBERED: dict[str, NodeAgent] = {}
+_REMEMBERED_MAX = 10_000
+_REMEMBERED_LOCK = threading.Lock()
+
+
 def agent_for_token(token: str) -> NodeAgent | None:
-    """The agent a node token belongs to, with its node: one indexed query."""
+    """The agent a node token belongs to, with its node: remembered, else one indexed query.
+
+    The caller must verify the token in its own first statement (`verify_token`), since a
+    remembered agent may have been rotated away by another process."""
     if not token.startswith(NODE_TOKEN_PREFIX):
         return None
-    return NodeAgent.objects.select_related("node").filter(token_hash=hash_node_token(token)).first()
+    token_hash = hash_node_token(token)
+    remembered = _REMEMBERED.get(token_hash)
+    if remembered is not None:
+        return remembered
+    agent = NodeAgent.objects.select_related("node").filter(token_hash=token_hash).first()
+    if agent is not None:
+        with _REMEMBERED_LOCK:
+            if len(_REMEMBERED) >= _REMEMBERED_MAX:
+                _REMEMBERED.clear()  # rotations leave dead entries; a rare full reload is cheaper than LRU bookkeeping
+            _REMEMBERED[token_hash] = agent
+    return agent
+
+
+def forget_token(token_hash: str) -> None:
+    with _REMEMBERED_LOCK:
+        _REMEMBERED.pop(token_hash, None)
+
+
+def verify_token(agent: NodeAgent) -> None:
+    """Raise NodeTokenRevoked when `agent`'s token is no longer its node's (rotated meanwhile);
+    else refresh what another process may have changed on it (lost_at)."""
+    current = NodeAgent.objects.filter(pk=agent.pk, token_hash=agent.token_hash).values_list("lost_at").first()
+    if current is None:
+        forget_token(agent.token_hash)
+        raise NodeTokenRevoked(agent.token_hash)
+    agent.lost_at = current[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,13 +147,16 @@ def register_agent(*, agent: NodeAgent, devices: Sequence[ReportedDevice], now: 
     the scheduler must not place on devices that are not there, and an admin decides what is right."""
     now = now or timezone.now()
     with transaction.atomic():
+        verify_token(agent)
         node = Node.objects.select_for_update().get(pk=agent.node_id)
+        agent.node = node  # a remembered agent's node may be stale; the locked row is the truth
         known = dict(GpuDevice.objects.filter(node=node).values_list("index", "model"))
         problems = _mismatch(known, devices)
         reported: list[dict[str, Any]] = [
             {"index": d.index, "uuid": d.uuid, "model": d.model, "memory_mib": d.memory_mib} for d in devices
         ]
         NodeAgent.objects.filter(pk=agent.pk).update(registered_at=now, registered_devices=reported)
+        agent.registered_at, agent.registered_devices = now, reported
         cordoned = False
         if problems:
             audit.record(
@@ -135,11 +187,28 @@ def cordon_node(*, node: Node, why: str) -> bool:
     return True
 
 
+def heartbeat_record_seconds() -> float:
+    """How old the node's stored last beat may grow before a beat rewrites it.
+
+    Writing the node's row on every beat of a thousand agents was most of their writes, and the
+    row is what every page and cycle reads. The lost-node check allows for this lag (it waits
+    NODE_LOST_SECONDS plus this), so a node is never taken out before NODE_LOST_SECONDS of real
+    silence."""
+    return float(settings.NODE_LOST_SECONDS) / 4
+
+
 def mark_seen(*, agent: NodeAgent, node: Node, now: datetime) -> bool:
-    """The agent is alive: record the beat; a node the lost-node check took out is ready again.
+    """The agent is alive: record the beat (when the stored one is older than
+    `heartbeat_record_seconds`); a node the lost-node check took out is ready again.
 
     Returns True when the node came back (the caller asks for a cycle)."""
+    recent = node.last_heartbeat is not None and now - node.last_heartbeat < timedelta(
+        seconds=heartbeat_record_seconds()
+    )
+    if agent.lost_at is None and recent:
+        return False
     Node.objects.filter(pk=node.pk).update(last_heartbeat=now)
+    node.last_heartbeat = now
     if agent.lost_at is None:
         return False
     back = Node.objects.filter(pk=node.pk, state=NodeState.NOT_READY).update(state=NodeState.READY)

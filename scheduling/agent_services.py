@@ -17,7 +17,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
@@ -25,10 +25,11 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.dispatch import Signal
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from quotas import bounds
 from quotas.models import Node, NodeAgent, NodeExecutor, NodeState
-from quotas.node_agents import mark_seen
+from quotas.node_agents import NodeTokenRevoked, forget_token, mark_seen
 from scheduling import lifecycle, triggers
 from scheduling.models import (
     AgentProcess,
@@ -90,15 +91,22 @@ class Desired:
     heartbeat_seconds: float = 2.0
 
 
-# The node's placements with what a start needs, in one statement without the ORM's compile
-# step (a beat runs it each time: compiling the joins cost as much as running them).
-_PLACEMENTS_SQL = """
-SELECT p.id, p.job_id, p.devices, p.fraction, j.state, j.revision, j.name, j.command, j.duration,
+# The agent's token, its node's current row and the node's placements with what a start needs,
+# in one statement without the ORM's compile step (a beat runs it each time: compiling the joins
+# cost as much as running them). The token is checked here because the agent may come from this
+# process's memory (quotas.node_agents.agent_for_token): a token rotated by another process
+# matches no row, and the beat is refused. The node's row is re-read for the same reason: an
+# admin may have cordoned it or changed its executor meanwhile.
+_BEAT_SQL = """
+SELECT a.lost_at, n.state, n.executor, n.last_heartbeat,
+       p.id, p.job_id, p.devices, p.fraction, j.state, j.revision, j.name, j.command, j.duration,
        j.grace_seconds, j.requeue, q.name, j.running_replicas
-FROM scheduling_replicaplacementrecord p
-JOIN scheduling_job j ON j.id = p.job_id
-JOIN quotas_quota q ON q.id = j.quota_id
-WHERE p.node_id = %s
+FROM quotas_nodeagent a
+JOIN quotas_node n ON n.id = a.node_id
+LEFT JOIN scheduling_replicaplacementrecord p ON p.node_id = a.node_id
+LEFT JOIN scheduling_job j ON j.id = p.job_id
+LEFT JOIN quotas_quota q ON q.id = j.quota_id
+WHERE a.id = %s AND a.token_hash = %s
 """
 _PLACEMENT_COLUMNS = (
     "id", "job_id", "devices", "fraction", "state", "revision", "name", "command", "duration",
@@ -106,16 +114,60 @@ _PLACEMENT_COLUMNS = (
 )  # fmt: skip
 
 
-def _placements_on(node_id: int) -> dict[int, dict[str, Any]]:
-    """Every replica placed on the node, with what its start needs; one query."""
+def _moment(value: Any) -> datetime | None:
+    """A timestamp from a raw row: SQLite hands back text or naive datetimes, PostgreSQL aware ones."""
+    if value is None:
+        return None
+    moment = parse_datetime(value) if isinstance(value, str) else value
+    assert isinstance(moment, datetime)
+    return moment if timezone.is_aware(moment) else timezone.make_aware(moment, UTC)
+
+
+def _read_beat(agent: NodeAgent, node: Node) -> dict[int, dict[str, Any]]:
+    """Check the token, refresh the node and the agent, and read every replica placed on the node
+    with what its start needs; one query. Raises NodeTokenRevoked."""
     with connection.cursor() as cursor:
-        cursor.execute(_PLACEMENTS_SQL, [node_id])
-        rows = [dict(zip(_PLACEMENT_COLUMNS, row, strict=True)) for row in cursor.fetchall()]
-    for row in rows:
+        cursor.execute(_BEAT_SQL, [agent.pk, agent.token_hash])
+        rows = cursor.fetchall()
+    if not rows:
+        forget_token(agent.token_hash)
+        raise NodeTokenRevoked(agent.token_hash)
+    lost_at, node.state, node.executor, last_heartbeat = rows[0][:4]
+    agent.lost_at, node.last_heartbeat = _moment(lost_at), _moment(last_heartbeat)
+    placements = [dict(zip(_PLACEMENT_COLUMNS, row[4:], strict=True)) for row in rows if row[4] is not None]
+    for row in placements:
         if isinstance(row["devices"], str):  # SQLite hands JSON back as text
             row["devices"] = json.loads(row["devices"])
         row["requeue"] = bool(row["requeue"])
-    return {row["id"]: row for row in rows}
+    return {row["id"]: row for row in placements}
+
+
+_PROCESS_FIELDS = ("id", "node_id", "replica", "job_id", "state", "pid", "exit_code", "started_at", "exited_at")
+
+
+def _processes_of(node_id: int, replicas: Sequence[int]) -> dict[int, AgentProcess]:
+    """The agent's process rows of these replicas, by replica; one statement, written out for the
+    reason _BEAT_SQL is (the ORM's compile step cost more than the query on every beat)."""
+    if not replicas:
+        return {}
+    table = AgentProcess._meta.db_table
+    marks = ", ".join(["%s"] * len(replicas))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {', '.join(_PROCESS_FIELDS)} FROM {table} WHERE node_id = %s AND replica IN ({marks})",
+            [node_id, *replicas],
+        )
+        found = cursor.fetchall()
+    processes = {}
+    for values in found:
+        process = AgentProcess.from_db(None, list(_PROCESS_FIELDS), values)
+        # Raw rows skip the ORM's converters: SQLite gives timestamps as text or naive values.
+        started = _moment(process.started_at)
+        assert started is not None  # a non-null column
+        process.started_at = started
+        process.exited_at = _moment(process.exited_at)
+        processes[process.replica] = process
+    return processes
 
 
 def _add_ranks(placements: dict[int, dict[str, Any]], replicas: set[int]) -> None:
@@ -198,11 +250,9 @@ def heartbeat(*, agent: NodeAgent, processes: Sequence[ProcessReport], now: date
     node: Node = agent.node
     outcomes: list[tuple[int, int, int]] = []  # (job id, replica, exit code) of processes that ended a replica
     with transaction.atomic():
-        placements = _placements_on(node.pk)
+        placements = _read_beat(agent, node)
         reported = {report.replica: report for report in processes}
-        rows = {
-            row.replica: row for row in AgentProcess.objects.filter(node=node, replica__in=[*placements, *reported])
-        }
+        rows = _processes_of(node.pk, [*placements, *reported])
         # Ranks only for replicas seen for the first time or about to be started.
         _add_ranks(
             placements,
@@ -324,6 +374,13 @@ def _settle_jobs(
         if job is None:
             continue
         all_gone = all(gone(replica, node_id) for replica, node_id in replicas[job_id])
+        if job.state == JobState.RELEASING and all_gone and job.reason_code == lifecycle.CANCELLING:
+            if lifecycle.finish_cancel(
+                job_id=job.pk, seen_revision=job.revision, now=now, why="its processes stopped; devices freed"
+            ):
+                ended.add(job.pk)
+                triggers.request_cycle_on_commit("cancel")
+            continue
         if job.state == JobState.RELEASING and all_gone:
             if lifecycle.release_job(
                 job_id=job.pk,

@@ -13,7 +13,8 @@ from typing import Any
 
 from django.db.models import F
 
-from scheduling.models import Job, JobEvent, JobEventKind, JobState, ReplicaPlacementRecord
+from quotas.models import NodeExecutor
+from scheduling.models import HOLDING_STATES, Job, JobEvent, JobEventKind, JobState, ReplicaPlacementRecord
 
 # The reason a job that asked not to be requeued carries once it is preempted.
 PREEMPTED: str = "preempted"
@@ -88,6 +89,15 @@ def release_job(
     return str(values["state"])
 
 
+# A job cancelled while its processes run on agent nodes is `releasing` with this reason until
+# its agents report them gone (or its node is lost); then it is cancelled (AGENT.md).
+CANCELLING: str = "cancelling"
+
+
+def _runs_on_agent_nodes(job_id: int) -> bool:
+    return ReplicaPlacementRecord.objects.filter(job_id=job_id, node__executor=NodeExecutor.AGENT).exists()
+
+
 def end_job(
     *,
     job: Job,
@@ -99,10 +109,67 @@ def end_job(
 ) -> bool:
     """Move a job (locked by the caller with select_for_update) to a final state, freeing its GPUs.
 
+    A cancel of a job whose replicas run on agent nodes does not free them yet: the processes
+    may run for their grace, and a device handed to the next job while its process still computes
+    would be shared without anyone deciding so. The job becomes `releasing` (reason `cancelling`)
+    and keeps its devices; its agents are answered a stop, and `finish_cancel` ends it once they
+    report the processes gone (scheduling.agent_services) or its node is lost. Evictions wait the
+    same way.
+
     Returns False when the job is not in one of `allowed_from`.
     """
     if job.state not in tuple(allowed_from):
         return False
+    if final_state == JobState.CANCELLED and job.state in HOLDING_STATES and _runs_on_agent_nodes(job.pk):
+        return _stop_then_cancel(job=job, now=now, message=message)
+    if not _finalise(job=job, final_state=final_state, event_kind=event_kind, now=now, message=message):
+        return False
+    job.refresh_from_db()
+    return True
+
+
+def _stop_then_cancel(*, job: Job, now: datetime, message: str) -> bool:
+    if job.state == JobState.RELEASING and job.reason_code == CANCELLING:
+        return True  # asked again while its processes stop: nothing more to do
+    changed = Job.objects.filter(pk=job.pk, state=job.state, revision=job.revision).update(
+        state=JobState.RELEASING,
+        revision=F("revision") + 1,
+        # No clock-based release: the simulated executor skips jobs on agent nodes.
+        release_at=None,
+        reason_code=CANCELLING,
+        reason_message=message,
+    )
+    if not changed:
+        return False
+    add_event(
+        job_id=job.pk,
+        kind=JobEventKind.CANCELLED,
+        at=now,
+        message=f"{message}; its devices are freed once its processes have stopped",
+    )
+    job.refresh_from_db()
+    return True
+
+
+def finish_cancel(*, job_id: int, seen_revision: int, now: datetime, why: str) -> bool:
+    """A job cancelled on agent nodes (releasing, `cancelling`) lets go of its devices: cancelled.
+
+    False when it was no longer as seen (nothing changed)."""
+    job = Job.objects.filter(
+        pk=job_id, state=JobState.RELEASING, revision=seen_revision, reason_code=CANCELLING
+    ).first()
+    if job is None:
+        return False
+    return _finalise(
+        job=job,
+        final_state=JobState.CANCELLED,
+        event_kind=JobEventKind.CANCELLED,
+        now=now,
+        message=f"{job.reason_message}; {why}" if job.reason_message else why,
+    )
+
+
+def _finalise(*, job: Job, final_state: str, event_kind: str, now: datetime, message: str) -> bool:
     changed = Job.objects.filter(pk=job.pk, state=job.state, revision=job.revision).update(
         state=final_state,
         revision=F("revision") + 1,
@@ -120,7 +187,6 @@ def end_job(
         return False
     ReplicaPlacementRecord.objects.filter(job_id=job.pk).delete()
     add_event(job_id=job.pk, kind=event_kind, at=now, message=message)
-    job.refresh_from_db()
     return True
 
 

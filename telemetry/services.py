@@ -4,21 +4,27 @@ downsample them and prune them.
 Samples are measurements, not anyone's decision: they carry no audit record (as the cycle's
 AllocationSample does not). Every write is a bulk insert or a ranged delete.
 
-The node agent calls `record_gpu_samples(node, samples)` from its heartbeat (docs/telemetry.md).
+Node agents' beats reach `record_agent_samples` after they commit, which keeps each web process's
+readings for up to a second and writes them together (docs/agent.md); `record_gpu_samples` writes
+one report at once (docs/telemetry.md).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
+import threading
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import Avg, Max
 from django.db.models.functions import TruncHour, TruncMinute
 
@@ -125,17 +131,25 @@ def _check(target: _Target, readings: Sequence[GpuReading], *, at: datetime, now
 
 def _record(batch: Sequence[tuple[_Target, Sequence[GpuReading]]], *, at: datetime) -> int:
     """Check, then write every reading of the batch in one statement; live changes go out after
-    commit. A job id the console does not know (a job deleted meanwhile) is kept as no job: the
-    GPU's reading still counts."""
+    commit."""
     now = get_clock().now()
     for target, readings in batch:
         _check(target, readings, at=at, now=now)
+    return _write([(target, readings, at) for target, readings in batch])
+
+
+def _write(batch: Sequence[tuple[_Target, Sequence[GpuReading], datetime]]) -> int:
+    """Write checked readings, each report at its own moment, in one statement. A job id the
+    console does not know (a job deleted meanwhile) is kept as no job: the GPU's reading still
+    counts."""
+    if not batch:
+        return 0
     known = selectors.existing_job_ids(
-        {reading.job_id for _target, readings in batch for reading in readings if reading.job_id is not None}
+        {reading.job_id for _target, readings, _at in batch for reading in readings if reading.job_id is not None}
     )
     rows = []
     recorded: list[live.Recorded] = []
-    for target, readings in batch:
+    for target, readings, at in batch:
         for reading in readings:
             job_id = reading.job_id if reading.job_id in known else None
             busy = round(float(reading.utilisation), 1)
@@ -147,9 +161,10 @@ def _record(batch: Sequence[tuple[_Target, Sequence[GpuReading]]], *, at: dateti
                 live.Recorded(target.id, target.name, reading.gpu, job_id, busy, reading.memory_used_mib,
                               reading.memory_total_mib)
             )  # fmt: skip
+    latest = max(at for _target, _readings, at in batch)
     with transaction.atomic():
         bulk.insert(GpuSample, _COLUMNS, rows)
-        transaction.on_commit(lambda: live.publish(live.topic_changes(recorded, at=at)))
+        transaction.on_commit(lambda: live.publish(live.topic_changes(recorded, at=latest)))
     return len(rows)
 
 
@@ -178,16 +193,16 @@ def _naming_job(on_gpu: Sequence[Holder]) -> int | None:
     return min(on_gpu, key=lambda holder: (-holder[2], holder[0]))[0] if on_gpu else None
 
 
-def record_agent_samples(*, node: Node, samples: Sequence[Mapping[str, Any]]) -> int:
-    """A node agent's beat (scheduling.agent_services.gpu_samples_reported, after its commit): the
-    API validated each reading's bounds; the job on a GPU is read from the node's placements, and
-    a reading without its memory total takes the size the agent registered for that GPU."""
+def _agent_readings(
+    node: Node, samples: Sequence[Mapping[str, Any]], holders: Mapping[tuple[int, int], list[Holder]]
+) -> list[GpuReading]:
+    """A beat's samples as readings: the job on each GPU from the placements, and a reading
+    without its memory total takes the size the agent registered for that GPU."""
     registered = {
         int(device["index"]): int(device.get("memory_mib") or 0)
         for device in (getattr(getattr(node, "agent", None), "registered_devices", None) or [])
         if isinstance(device, Mapping) and "index" in device
     }
-    holders = _holders_by_gpu(node_ids=[node.pk])
     readings = []
     for sample in samples:
         gpu = int(sample["index"])
@@ -202,13 +217,105 @@ def record_agent_samples(*, node: Node, samples: Sequence[Mapping[str, Any]]) ->
                 job_id=_naming_job(holders.get((node.pk, gpu), [])),
             )
         )
-    try:
-        return record_gpu_samples(node, readings)
-    except ValidationError as refusal:
-        # The beat has committed and its answer is on its way: a reading telemetry refuses (a GPU
-        # index past the node's size) is dropped with one line, never a failed beat.
-        logger.warning("GPU samples of node %s not stored: %s", node.name, refusal)
+    return readings
+
+
+# Node agents' beats arrive one by one, hundreds a second at scale; writing each beat's eight
+# readings on its own cost three statements and a live message per beat. So this process keeps
+# them for up to AGENT_SAMPLES_FLUSH_SECONDS (or AGENT_SAMPLES_BUFFER_MAX readings) and then
+# writes all of them together: three statements and one live message for every beat of that
+# second. The price: readings reach the database and the pages up to a second late, and a web
+# process that is killed loses the readings it held (at most that second's; a process that stops
+# normally writes them as it exits). settings.AGENT_SAMPLES_FLUSH_SECONDS = 0 writes every beat's.
+AGENT_SAMPLES_BUFFER_MAX: Final = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class _AgentReport:
+    node: Node
+    samples: list[dict[str, Any]]
+    at: datetime
+
+
+class _AgentSampleBuffer:
+    """The readings this process holds; several threads add (sync views run on a pool)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reports: list[_AgentReport] = []
+        self._readings = 0
+        self._oldest = 0.0
+
+    def add(self, report: _AgentReport, *, flush_after: float) -> list[_AgentReport]:
+        """Keep `report`; answer the reports due for writing (all of them) or nothing."""
+        with self._lock:
+            if not self._reports:
+                self._oldest = time.monotonic()
+            self._reports.append(report)
+            self._readings += len(report.samples)
+            due = time.monotonic() - self._oldest >= flush_after or self._readings >= AGENT_SAMPLES_BUFFER_MAX
+            return self._take() if due else []
+
+    def take(self) -> list[_AgentReport]:
+        with self._lock:
+            return self._take()
+
+    def _take(self) -> list[_AgentReport]:
+        reports, self._reports, self._readings = self._reports, [], 0
+        return reports
+
+
+_agent_buffer = _AgentSampleBuffer()
+
+
+def record_agent_samples(*, node: Node, samples: Sequence[Mapping[str, Any]], at: datetime | None = None) -> int:
+    """A node agent's beat (scheduling.agent_services.gpu_samples_reported, after its commit),
+    whose bounds the API validated: kept with the others of this second, then written with them
+    (see AGENT_SAMPLES_BUFFER_MAX). Returns how many readings this call wrote (0 while kept)."""
+    report = _AgentReport(node=node, samples=[dict(sample) for sample in samples], at=at or get_clock().now())
+    due = _agent_buffer.add(report, flush_after=float(settings.AGENT_SAMPLES_FLUSH_SECONDS))
+    return _store_agent_reports(due)
+
+
+def flush_agent_samples() -> int:
+    """Write the readings this process holds now (a test, or the process exiting)."""
+    return _store_agent_reports(_agent_buffer.take())
+
+
+def _store_agent_reports(reports: Sequence[_AgentReport]) -> int:
+    if not reports:
         return 0
+    holders = _holders_by_gpu(node_ids=sorted({report.node.pk for report in reports}))
+    now = get_clock().now()
+    checked: list[tuple[_Target, Sequence[GpuReading], datetime]] = []
+    for report in reports:
+        target = _Target(report.node.pk, report.node.name, report.node.gpus)
+        readings = _agent_readings(report.node, report.samples, holders)
+        try:
+            _check(target, readings, at=report.at, now=now)
+        except ValidationError as refusal:
+            # The beat has committed and its answer went out: a reading telemetry refuses (a GPU
+            # index past the node's size) is dropped with one line, never a failed beat.
+            logger.warning("GPU samples of node %s not stored: %s", report.node.name, refusal)
+            continue
+        checked.append((target, readings, report.at))
+    try:
+        return _write(checked)
+    except DatabaseError:
+        # A node deleted in the second its readings waited: its rows cannot be written, and
+        # telemetry is not worth a failed beat (the one that happened to flush).
+        logger.warning("%d agent GPU reports not stored", len(checked), exc_info=True)
+        return 0
+
+
+def _flush_at_exit() -> None:
+    try:
+        flush_agent_samples()
+    except Exception:  # the database may be gone already; the loss is the documented one
+        logger.warning("GPU samples held at exit were not stored", exc_info=True)
+
+
+atexit.register(_flush_at_exit)
 
 
 def simulated_readings(*, at: datetime) -> list[tuple[_Target, list[GpuReading]]]:

@@ -19,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from quotas.models import NodeAgent
-from quotas.node_agents import agent_for_token
+from quotas.node_agents import REVOKED, agent_for_token
 
 KEYWORD = "Node"
 
@@ -40,7 +40,7 @@ class NodeTokenAuthentication(BaseAuthentication):
             raise AuthenticationFailed("A node token is plain ASCII.") from None
         agent = agent_for_token(token)
         if agent is None:
-            raise AuthenticationFailed("Unknown or revoked node token; a platform admin issues a new one.")
+            raise AuthenticationFailed(REVOKED)
         return AnonymousUser(), agent
 
     def authenticate_header(self, request: Request) -> str:

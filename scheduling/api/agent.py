@@ -6,12 +6,12 @@ a runaway agent is refused with a 400 naming the field, before anything is writt
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
@@ -22,7 +22,7 @@ from quotas import bounds
 from quotas.api.node_auth import IsNodeAgent, NodeTokenAuthentication
 from quotas.api.serializers import text, within
 from quotas.models import NodeAgent
-from quotas.node_agents import ReportedDevice, register_agent
+from quotas.node_agents import REVOKED, NodeTokenRevoked, ReportedDevice, register_agent
 from scheduling import agent_services
 from scheduling.models import AgentProcessState
 
@@ -156,6 +156,9 @@ def _own_node(request: Request, named: str) -> NodeAgent:
     agent = request.auth
     assert isinstance(agent, NodeAgent)
     if named != agent.node.name:
+        # The agent may come from this process's memory: a node renamed since is read again.
+        agent.node.refresh_from_db(fields=["name"])
+    if named != agent.node.name:
         raise PermissionDenied(f"This token belongs to node {agent.node.name}, not {named}.")
     return agent
 
@@ -177,9 +180,12 @@ class AgentRegisterView(_AgentView):
         serializer = AgentRegisterSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         agent = _own_node(request, serializer.validated_data["node"])
-        registration = register_agent(
-            agent=agent, devices=[ReportedDevice(**gpu) for gpu in serializer.validated_data["gpus"]]
-        )
+        try:
+            registration = register_agent(
+                agent=agent, devices=[ReportedDevice(**gpu) for gpu in serializer.validated_data["gpus"]]
+            )
+        except NodeTokenRevoked:
+            raise AuthenticationFailed(REVOKED) from None
         return Response(
             {
                 "node": registration.node.name,
@@ -191,6 +197,133 @@ class AgentRegisterView(_AgentView):
         )
 
 
+_PROCESS_STATES = frozenset(AgentProcessState.values)
+
+
+def _whole(value: object, least: int, most: int) -> TypeGuard[int]:
+    # JSON's true is a Python int; the serializer refuses it, so the fast path must too.
+    return type(value) is int and least <= value <= most
+
+
+def _clean_text(value: object, most: int) -> TypeGuard[str]:
+    return type(value) is str and len(value) <= most and "\x00" not in value
+
+
+def _fast_process(item: Any) -> agent_services.ProcessReport | None:
+    if type(item) is not dict:
+        return None
+    replica, state = item.get("replica"), item.get("state")
+    pid, exit_code = item.get("pid"), item.get("exit_code")
+    log, truncated = item.get("log", ()), item.get("log_truncated", False)
+    if not (_whole(replica, 0, _ID_MAX) and type(state) is str and state in _PROCESS_STATES):
+        return None
+    if not (pid is None or _whole(pid, 0, bounds.AGENT_PID_MAX)):
+        return None
+    if not (exit_code is None or _whole(exit_code, bounds.AGENT_EXIT_CODE_MIN, bounds.AGENT_EXIT_CODE_MAX)):
+        return None
+    if state == AgentProcessState.EXITED and exit_code is None:
+        return None
+    if type(log) not in (list, tuple) or len(log) > bounds.AGENT_LOG_LINES_PER_BEAT:
+        return None
+    if not all(_clean_text(line, bounds.AGENT_LOG_LINE_MAX_LENGTH) for line in log):
+        return None
+    if type(truncated) is not bool:
+        return None
+    return agent_services.ProcessReport(
+        replica=replica, state=state, pid=pid, exit_code=exit_code, log=tuple(log), log_truncated=truncated
+    )
+
+
+def _fast_sample(item: Any) -> dict[str, Any] | None:
+    if type(item) is not dict:
+        return None
+    index, utilization, used = item.get("index"), item.get("utilization"), item.get("memory_used_mib")
+    if not (_whole(index, 0, bounds.NODE_GPUS_MAX - 1) and _whole(used, 0, bounds.AGENT_DEVICE_MEMORY_MIB_MAX)):
+        return None
+    if not isinstance(utilization, int | float) or isinstance(utilization, bool) or not 0 <= utilization <= 100:
+        return None
+    sample: dict[str, Any] = {"index": index, "utilization": float(utilization), "memory_used_mib": used}
+    if "memory_total_mib" in item:
+        if not _whole(item["memory_total_mib"], 1, bounds.AGENT_DEVICE_MEMORY_MIB_MAX):
+            return None
+        sample["memory_total_mib"] = item["memory_total_mib"]
+    return sample
+
+
+def accept_beat(body: Any) -> tuple[str, list[agent_services.ProcessReport], list[dict[str, Any]]] | None:
+    """A well-formed beat, read without DRF (the serializer cost more than the beat itself), or
+    None when anything in it is doubtful. Then AgentHeartbeatSerializer reads it and answers the
+    400 in its own words: this only ever accepts what the serializer accepts, with the same values
+    (tests/scheduling/test_agent_beat_parsing.py compares the two on every kind of body)."""
+    if type(body) is not dict:
+        return None
+    node, processes, samples = body.get("node"), body.get("processes"), body.get("samples", [])
+    # DRF trims a name's whitespace; a name that would change is left to it.
+    if not _clean_text(node, bounds.NAME_MAX_LENGTH) or not node or node != node.strip():
+        return None
+    if type(processes) is not list or len(processes) > bounds.AGENT_PROCESSES_MAX:
+        return None
+    if type(samples) is not list or len(samples) > bounds.AGENT_SAMPLES_MAX:
+        return None
+    reports = [_fast_process(item) for item in processes]
+    readings = [_fast_sample(item) for item in samples]
+    if None in reports or None in readings:
+        return None
+    accepted = [report for report in reports if report is not None]
+    if len({report.replica for report in accepted}) != len(accepted):
+        return None
+    return node, accepted, [reading for reading in readings if reading is not None]
+
+
+def read_beat(body: Any) -> tuple[str, list[agent_services.ProcessReport], list[dict[str, Any]]]:
+    """The beat's node, processes and samples; a 400 naming the field (the serializer's) when malformed."""
+    accepted = accept_beat(body)
+    if accepted is not None:
+        return accepted
+    serializer = AgentHeartbeatSerializer(data=body)
+    serializer.is_valid(raise_exception=True)
+    validated = serializer.validated_data
+    return (
+        validated["node"],
+        [
+            agent_services.ProcessReport(
+                replica=process["replica"],
+                state=process["state"],
+                pid=process.get("pid"),
+                exit_code=process.get("exit_code"),
+                log=tuple(process.get("log") or ()),
+                log_truncated=bool(process.get("log_truncated")),
+            )
+            for process in validated["processes"]
+        ],
+        [dict(sample) for sample in validated.get("samples") or []],
+    )
+
+
+def _desired_body(desired: agent_services.Desired) -> dict[str, Any]:
+    """DesiredSerializer's shape, built directly (the schema still names DesiredSerializer)."""
+    return {
+        "node": desired.node,
+        "state": desired.state,
+        "starts": [
+            {
+                "replica": start.replica,
+                "job": start.job,
+                "rank": start.rank,
+                "command": start.command,
+                "environment": dict(start.environment),
+                "gpus": list(start.gpus),
+                "fraction": start.fraction,
+            }
+            for start in desired.starts
+        ],
+        "stops": [
+            {"replica": stop.replica, "job": stop.job, "grace_seconds": stop.grace_seconds} for stop in desired.stops
+        ],
+        "heartbeat_seconds": desired.heartbeat_seconds,
+    }
+
+
 class AgentHeartbeatView(_AgentView):
     """The processes the agent holds in; the node's desired state (starts, stops) out.
 
@@ -200,22 +333,11 @@ class AgentHeartbeatView(_AgentView):
 
     @extend_schema(request=AgentHeartbeatSerializer, responses={200: DesiredSerializer})
     def post(self, request: Request) -> Response:
-        serializer = AgentHeartbeatSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        agent = _own_node(request, serializer.validated_data["node"])
-        desired = agent_services.heartbeat(
-            agent=agent,
-            processes=[
-                agent_services.ProcessReport(
-                    replica=process["replica"],
-                    state=process["state"],
-                    pid=process.get("pid"),
-                    exit_code=process.get("exit_code"),
-                    log=tuple(process.get("log") or ()),
-                    log_truncated=bool(process.get("log_truncated")),
-                )
-                for process in serializer.validated_data["processes"]
-            ],
-        )
-        agent_services.report_gpu_samples(agent=agent, samples=serializer.validated_data.get("samples") or [])
-        return Response(DesiredSerializer(desired).data)
+        node, processes, samples = read_beat(request.data)
+        agent = _own_node(request, node)
+        try:
+            desired = agent_services.heartbeat(agent=agent, processes=processes)
+        except NodeTokenRevoked:
+            raise AuthenticationFailed(REVOKED) from None
+        agent_services.report_gpu_samples(agent=agent, samples=samples)
+        return Response(_desired_body(desired))

@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.db.models.functions import Coalesce
 
 from quotas.models import Node, NodeExecutor, NodeState
-from quotas.node_agents import mark_lost
+from quotas.node_agents import heartbeat_record_seconds, mark_lost
 from scheduling import lifecycle, triggers
 from scheduling.models import Job, JobState, ReplicaPlacementRecord
 
@@ -48,10 +48,13 @@ def check_lost_nodes(now: datetime) -> int:
     with an event, and their devices freed. Returns how many nodes and jobs changed."""
     lost_after = float(settings.NODE_LOST_SECONDS)
     grace = float(settings.NODE_LOST_GRACE_SECONDS)
+    # The stored beat may lag the last real one by up to heartbeat_record_seconds (beats do not
+    # all rewrite it): waiting that much longer means a node is never lost before its time.
+    recorded_lag = heartbeat_record_seconds()
     silent = list(
         Node.objects.filter(executor=NodeExecutor.AGENT, state=NodeState.READY)
         .annotate(seen=Coalesce("last_heartbeat", "created_at"))
-        .filter(seen__lt=now - timedelta(seconds=lost_after))
+        .filter(seen__lt=now - timedelta(seconds=lost_after + recorded_lag))
         .values_list("pk", flat=True)
     )
     changed = 0
@@ -66,7 +69,7 @@ def check_lost_nodes(now: datetime) -> int:
     )
     holding = list(
         ReplicaPlacementRecord.objects.filter(abandoned)
-        .values_list("job_id", "job__state", "job__revision", "job__requeue", "node__name")
+        .values_list("job_id", "job__state", "job__revision", "job__requeue", "node__name", "job__reason_code")
         .order_by("job_id")
         .distinct()
     )
@@ -74,7 +77,16 @@ def check_lost_nodes(now: datetime) -> int:
         return changed
     with transaction.atomic():
         released = 0
-        for job_id, state, revision, requeue, node_name in _first_per_job(holding):
+        for job_id, state, revision, requeue, node_name, reason in _first_per_job(holding):
+            if state == JobState.RELEASING and reason == lifecycle.CANCELLING:
+                # Cancelled while its node went silent: cancelled, not requeued.
+                released += lifecycle.finish_cancel(
+                    job_id=job_id,
+                    seen_revision=revision,
+                    now=now,
+                    why=f"devices freed with node {node_name} lost: no heartbeat for {lost_after + grace:g} s",
+                )
+                continue
             if lifecycle.release_job(
                 job_id=job_id,
                 seen_state=state,

@@ -17,7 +17,7 @@ from rest_framework.test import APIClient
 from console.services import issue_token
 from quotas import bounds
 from quotas.models import AuditRecord, Node, NodeAgent, NodeExecutor, NodeState
-from quotas.node_agents import issue_node_token
+from quotas.node_agents import heartbeat_record_seconds, issue_node_token
 from scheduling import services
 from scheduling.executors import get_executor
 from scheduling.models import AgentProcess, Job, JobEvent, JobEventKind, JobState
@@ -335,10 +335,14 @@ def test_a_silent_node_goes_not_ready_then_its_jobs_are_requeued_and_a_returning
     Node.objects.filter(name=other).update(last_heartbeat=timezone.now() + timedelta(hours=1))  # stays alive
     now = timezone.now()
     executor = get_executor()
-    executor.tick(now + timedelta(seconds=31))
+    executor.tick(now + timedelta(seconds=29))
+    assert Node.objects.get(name=node).state == NodeState.READY
+    # The stored beat may lag the real one by heartbeat_record_seconds: the check waits that much more.
+    lost_at = now + timedelta(seconds=30 + heartbeat_record_seconds() + 1)
+    executor.tick(lost_at)
     assert Node.objects.get(name=node).state == NodeState.NOT_READY
     assert Job.objects.get(pk=job.pk).state == JobState.RUNNING  # still within the grace
-    executor.tick(now + timedelta(seconds=62))
+    executor.tick(lost_at + timedelta(seconds=31))
     services.converge()
     moved = Job.objects.get(pk=job.pk)
     assert moved.state == JobState.RUNNING and moved.placements.get().node.name == other

@@ -291,3 +291,23 @@ def test_node_tokens_are_refused_on_other_nodes_and_on_the_user_api(live: Agents
     assert beat.status_code == 403
     assert httpx.get(f"{live_server.url}/api/v1/jobs/", headers=headers).status_code == 401
     assert httpx.get(f"{live_server.url}/api/v1/nodes/", headers={"Authorization": f"Token {token}"}).status_code == 401
+
+
+def test_a_cancel_keeps_the_devices_until_the_process_is_gone(live: Agents, live_server: LiveServer) -> None:
+    cluster = agent_nodes(4)
+    live.start("gpu-1", gpus=4)
+    # Ignores SIGTERM: only the SIGKILL at the end of its 2 s grace ends it.
+    stubborn = unlocked(
+        lambda: cluster.submit("stubborn", gpus=4, grace_seconds=2, command='trap "" TERM; echo ready; sleep 60')
+    )
+    wait_for(lambda: live.pids("gpu-1"), what="stubborn started")
+    (pid,) = live.pids("gpu-1")
+    follower = unlocked(lambda: cluster.submit("follower", gpus=4, command="echo follower; sleep 30"))
+    unlocked(lambda: services.cancel_job(actor=None, job=stubborn))
+    cancelled_at = time.monotonic()
+    assert state(stubborn) == JobState.RELEASING  # cancelled, still holding its devices
+    # The follower starts only once the process is gone, and the cancelled job ends cancelled.
+    wait_for(lambda: state(follower) == JobState.RUNNING, what="the follower admitted")
+    assert gone(pid) and time.monotonic() - cancelled_at >= 2.0
+    assert state(stubborn) == JobState.CANCELLED
+    assert unlocked(lambda: Job.objects.get(pk=stubborn.pk).preemptions) == 0
