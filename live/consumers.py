@@ -3,7 +3,8 @@ are live.selectors (the same `restrict()` as the pages), the changes come from s
 
 Client → server: `{"subscribe": ["job:12", "cluster"]}`, `{"unsubscribe": [...]}`.
 Server → client: `{"type": "subscription", "subscribed": [...], "refused": [...]}`,
-`{"type": "change", "topic": "job:12", "change": {...}}`, `{"type": "dropped", "topics": [...]}`,
+`{"type": "change", "topic": "job:12", "change": {...}, "committed_at": 1764085000.123}` (the
+newest commit merged in, epoch seconds), `{"type": "dropped", "topics": [...]}`,
 `{"type": "error", "message": "..."}`. Close codes: 4401 not signed in (or no longer),
 4404 unknown path, 1009 message too big, 4429 too many messages.
 """
@@ -91,6 +92,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self.topics: set[str] = set()
         self.last_sent: dict[str, float] = {}
         self.pending: dict[str, dict[str, Any]] = {}
+        self.pending_stamps: dict[str, float] = {}
         self.flushes: dict[str, asyncio.Task[None]] = {}
         self.budget = MessageBudget(rate=_setting("LIVE_MESSAGE_RATE", 5), burst=_setting("LIVE_MESSAGE_BURST", 20))
         self.closed = False
@@ -165,6 +167,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def _drop(self, topic: str) -> None:
         self.topics.discard(topic)
         self.pending.pop(topic, None)
+        self.pending_stamps.pop(topic, None)
         flush = self.flushes.pop(topic, None)
         if flush is not None:
             flush.cancel()
@@ -225,6 +228,10 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if topic not in self.topics:
             return
         self.pending[topic] = merge_change(self.pending.get(topic), message.get("change") or {})
+        stamp = message.get("committed_at")
+        if isinstance(stamp, int | float):
+            # A merged change is as fresh as its newest commit.
+            self.pending_stamps[topic] = max(stamp, self.pending_stamps.get(topic, stamp))
         if topic in self.flushes:
             return
         wait = self.last_sent.get(topic, float("-inf")) + _setting("LIVE_COALESCE_SECONDS", 1.0) - time.monotonic()
@@ -240,10 +247,14 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     async def _flush(self, topic: str) -> None:
         change = self.pending.pop(topic, None)
+        stamp = self.pending_stamps.pop(topic, None)
         if change is None or topic not in self.topics or self.closed:
             return
         self.last_sent[topic] = time.monotonic()
-        await self.send_json({"type": "change", "topic": topic, "change": change})
+        envelope: dict[str, Any] = {"type": "change", "topic": topic, "change": change}
+        if stamp is not None:
+            envelope["committed_at"] = stamp
+        await self.send_json(envelope)
 
 
 class UnknownPathConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]

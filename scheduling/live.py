@@ -17,6 +17,7 @@ order events arrive in. Consumers (live.consumers) coalesce them per topic and p
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -82,10 +83,21 @@ def topic_changes(batch: Sequence[Mapping[str, Any]]) -> list[TopicChange]:
     return changes
 
 
-async def send_topic_changes(layer: Any, changes: Sequence[TopicChange]) -> None:
-    """Send each change to its topic's group, all in the caller's one event loop."""
+def commit_stamp() -> float:
+    """The envelope's `committed_at`: seconds since the epoch, to the millisecond. Taken when the
+    publisher runs after commit, so a client can tell how stale a change is (and the fan-out
+    benchmark measures commit to client with it)."""
+    return round(time.time(), 3)
+
+
+async def send_topic_changes(layer: Any, changes: Sequence[TopicChange], *, committed_at: float | None = None) -> None:
+    """Send each change to its topic's group, all in the caller's one event loop, each stamped
+    with the commit it comes from (`committed_at`, taken now when the caller has none)."""
+    stamp = commit_stamp() if committed_at is None else committed_at
     for topic, change in changes:
-        await layer.group_send(topic_group(topic), {"type": MESSAGE_TYPE, "topic": topic, "change": change})
+        await layer.group_send(
+            topic_group(topic), {"type": MESSAGE_TYPE, "topic": topic, "change": change, "committed_at": stamp}
+        )
 
 
 def _job_ids(event: Mapping[str, Any]) -> list[int]:
