@@ -225,10 +225,20 @@ CONTENT_SECURITY_POLICY = {
     },
 }
 
+# channels_redis waits for a socket's next message in a blocking read of 5 s, and redis-py 8 gives
+# every read a 5 s timeout by default: a live socket idle for 5 s lost its consumer to a
+# TimeoutError (with a traceback) and reconnected. Reads may outlast the blocking wait.
+CHANNEL_LAYER_READ_TIMEOUT_SECONDS = 15
+
+
+def channel_layer_host(url: str) -> dict[str, object]:
+    return {"address": url, "socket_timeout": CHANNEL_LAYER_READ_TIMEOUT_SECONDS}
+
+
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": env.str("CHANNELS_PREFIX", default="asgi")},
+        "CONFIG": {"hosts": [channel_layer_host(REDIS_URL)], "prefix": env.str("CHANNELS_PREFIX", default="asgi")},
     }
 }
 

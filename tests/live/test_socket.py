@@ -247,6 +247,25 @@ def test_job_state_change_after_commit_reaches_a_subscriber(world: dict[str, Any
     run(scenario)
 
 
+@pytest.mark.timeout(40)
+def test_an_idle_socket_stays_open_and_hears_the_next_change(world: dict[str, Any]) -> None:
+    """A socket that hears nothing for longer than the channel layer's blocking read (5 s) is
+    still there for the next change (redis-py 8's default 5 s read timeout killed it)."""
+    mine = world["mine"]
+
+    async def scenario() -> None:
+        socket = await connect(world["dave"])
+        await socket.send_json_to({"subscribe": [f"job:{mine.pk}"]})
+        await next_of(socket, "subscription")
+        assert await socket.receive_nothing(timeout=12, interval=0.5)
+        await sync_to_async(job_services.cancel_job)(actor=world["dave"], job=mine)
+        change = await next_of(socket, "change")
+        assert change["change"]["state"] == "cancelled"
+        await socket.disconnect()
+
+    run(scenario)
+
+
 def test_many_changes_in_one_second_are_one_message(world: dict[str, Any]) -> None:
     from channels.layers import get_channel_layer
 
