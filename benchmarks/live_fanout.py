@@ -49,7 +49,7 @@ import urllib.request
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -136,6 +136,25 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _die_with_parent() -> None:
+    """In a child before exec: SIGTERM when this process dies, however it dies (no orphan server)."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _stop(process: subprocess.Popen[Any] | None) -> None:
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
 def _percentile(values: Sequence[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else float("nan")
@@ -168,6 +187,7 @@ def analyse(clients: list[dict[str, Any]], received: list[list[Any]], published:
         by_client_topic[(index, topic)].append((at, stamp))
         ages.append(at - stamp)
     delays: list[float] = []
+    delays_by_kind: dict[str, list[float]] = defaultdict(list)
     dropped: list[tuple[int, str, float]] = []
     expected = 0
     for index, client in enumerate(clients):
@@ -180,6 +200,7 @@ def analyse(clients: list[dict[str, Any]], received: list[list[Any]], published:
                     dropped.append((index, topic, stamp))
                 else:
                     delays.append(covering - stamp)
+                    delays_by_kind[topic.split(":")[0]].append(covering - stamp)
     return {
         "commits_published": sum(len(set(stamps)) for stamps in commits.values()),
         "topics": len(commits),
@@ -188,6 +209,10 @@ def analyse(clients: list[dict[str, Any]], received: list[list[Any]], published:
         "delay_p50_ms": _percentile(delays, 0.5) * 1000,
         "delay_p99_ms": _percentile(delays, 0.99) * 1000,
         "delay_max_ms": max(delays, default=float("nan")) * 1000,
+        "by_kind": {
+            kind: (len(values), _percentile(values, 0.5) * 1000, _percentile(values, 0.99) * 1000)
+            for kind, values in sorted(delays_by_kind.items())
+        },
         "published_p50_ms": _percentile(published_delays, 0.5) * 1000,
         "published_p99_ms": _percentile(published_delays, 0.99) * 1000,
         "age_p50_ms": _percentile(ages, 0.5) * 1000,
@@ -311,57 +336,65 @@ def main() -> None:
         clients = _sign_in(arguments.clients)
         print(f"set-up: S3 and {len(clients)} signed-in users in {time.perf_counter() - started:.0f} s", flush=True)
         web_env = {**os.environ, "DATABASE_URL": url, "SCHEDULER_TRIGGER": "none"}
-        web = subprocess.Popen(_process_table(arguments.port, "127.0.0.1")["web"], cwd=ROOT, env=web_env)
-        watchers = None
-        try:
-            _wait_for_http(f"http://127.0.0.1:{arguments.port}/healthz", 60)
-            rss_start = _rss_kib(web.pid)
-            spec = Path(scratch, "clients.json")
-            out = Path(scratch, "received.json")
-            layer_config: dict[str, Any] = settings.CHANNEL_LAYERS["default"]["CONFIG"]
-            prefix = layer_config.get("prefix", "asgi")
-            spec.write_text(
-                json.dumps(
-                    {
-                        "url": f"ws://127.0.0.1:{arguments.port}/ws/live/",
-                        "origin": f"http://127.0.0.1:{arguments.port}",
-                        "hosts": layer_config["hosts"],  # the web process's, read timeout included
-                        "prefix": prefix,
-                        "clients": clients,
-                        "groups": {topic: topic_group(topic) for client in clients for topic in client["topics"]},
-                    }
-                )
-            )
-            watchers = subprocess.Popen(
-                [sys.executable, __file__, "--clients-spec", str(spec), "--clients-out", str(out)],
+        with Path(scratch, "web.log").open("w") as web_log:
+            web = subprocess.Popen(
+                _process_table(arguments.port, "127.0.0.1")["web"],
                 cwd=ROOT,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
+                env=web_env,
+                stdout=web_log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
             )
-            assert watchers.stdout is not None and watchers.stdin is not None
-            ready = watchers.stdout.readline().split()
-            if not ready or ready[0] != "ready":
-                raise SystemExit("the client process did not get ready")
-            print(f"{ready[1]} sockets subscribed in {ready[2]} s", flush=True)
-            rss_subscribed = _rss_kib(web.pid)
-            cpu_before = _cpu_seconds(web.pid)
-            load_before = os.getloadavg()
-            started = time.perf_counter()
-            lines = _drive(arguments.rounds, arguments.finish, arguments.seed)
-            driven_s = time.perf_counter() - started
-            time.sleep(float(getattr(settings, "LIVE_COALESCE_SECONDS", 1.0)) + 3)
-            cpu_web = _cpu_seconds(web.pid) - cpu_before
-            rss_end = _rss_kib(web.pid)
-            load_after = os.getloadavg()
-            watchers.stdin.close()
-            watchers.wait(timeout=120)
-            results = json.loads(out.read_text())
-        finally:
-            for process in (watchers, web):
-                if process is not None and process.poll() is None:
-                    process.terminate()
-                    process.wait(timeout=30)
+            watchers = None
+            try:
+                _wait_for_http(f"http://127.0.0.1:{arguments.port}/healthz", 60)
+                rss_start = _rss_kib(web.pid)
+                spec = Path(scratch, "clients.json")
+                out = Path(scratch, "received.json")
+                layer_config = cast(dict[str, Any], settings.CHANNEL_LAYERS["default"]["CONFIG"])
+                prefix = layer_config.get("prefix", "asgi")
+                spec.write_text(
+                    json.dumps(
+                        {
+                            "url": f"ws://127.0.0.1:{arguments.port}/ws/live/",
+                            "origin": f"http://127.0.0.1:{arguments.port}",
+                            "hosts": layer_config["hosts"],  # the web process's, read timeout included
+                            "prefix": prefix,
+                            "clients": clients,
+                            "groups": {topic: topic_group(topic) for client in clients for topic in client["topics"]},
+                        }
+                    )
+                )
+                watchers = subprocess.Popen(
+                    [sys.executable, __file__, "--clients-spec", str(spec), "--clients-out", str(out)],
+                    cwd=ROOT,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    preexec_fn=_die_with_parent,
+                )
+                assert watchers.stdout is not None and watchers.stdin is not None
+                ready = watchers.stdout.readline().split()
+                if not ready or ready[0] != "ready":
+                    raise SystemExit("the client process did not get ready")
+                print(f"{ready[1]} sockets subscribed in {ready[2]} s", flush=True)
+                rss_subscribed = _rss_kib(web.pid)
+                cpu_before = _cpu_seconds(web.pid)
+                load_before = os.getloadavg()
+                started = time.perf_counter()
+                lines = _drive(arguments.rounds, arguments.finish, arguments.seed)
+                driven_s = time.perf_counter() - started
+                time.sleep(float(getattr(settings, "LIVE_COALESCE_SECONDS", 1.0)) + 3)
+                cpu_web = _cpu_seconds(web.pid) - cpu_before
+                rss_end = _rss_kib(web.pid)
+                load_after = os.getloadavg()
+                watchers.stdin.close()
+                watchers.wait(timeout=120)
+                results = json.loads(out.read_text())
+            finally:
+                for process in (web, watchers):
+                    _stop(process)
+            web_lines = Path(scratch, "web.log").read_text().splitlines()
     figures = analyse(clients, results["received"], results["published"])
     print("\n".join(lines))
     print(
@@ -376,11 +409,15 @@ def main() -> None:
         f"{figures['age_p50_ms']:.0f} ms, p99 {figures['age_p99_ms']:.0f} ms; of which commit to the channel "
         f"layer (observer) p50 {figures['published_p50_ms']:.0f} ms, p99 {figures['published_p99_ms']:.0f} ms"
     )
+    for kind, (count, p50, p99) in figures["by_kind"].items():
+        print(f"  {kind} topics: {count} deliveries, p50 {p50:.0f} ms, p99 {p99:.0f} ms")
     print(f"dropped: {figures['dropped']} (target 0) {figures['dropped_examples'] or ''}")
     print(
         f"web process RSS: {rss_start / 1024:.0f} MiB at start, {rss_subscribed / 1024:.0f} MiB with the sockets "
         f"subscribed, {rss_end / 1024:.0f} MiB at the end; web CPU over the rounds {cpu_web:.1f} s"
     )
+    tracebacks = sum(line.startswith("Traceback") for line in web_lines)
+    print(f"web process log: {len(web_lines)} lines, {tracebacks} tracebacks")
     print(
         f"load average: {' '.join(f'{value:.2f}' for value in load_before)} before the rounds, "
         f"{' '.join(f'{value:.2f}' for value in load_after)} after"

@@ -46,9 +46,12 @@ def publish_many(batch: Sequence[dict[str, Any]]) -> bool:
         layer = get_channel_layer()
         if layer is None:
             return False
-        # The live pages' topics (scheduling.live): what changed, read back after commit.
-        changes = live.topic_changes(batch)
+        # The live pages' topics (scheduling.live): what changed, read back after commit; the
+        # quotas' figures (the costly read) go out second, so the rest does not wait for them.
+        changes, quota_ids = live.first_changes(batch)
         async_to_sync(_send)(layer, batch, changes, committed_at)
+        if quota_ids:
+            async_to_sync(live.send_topic_changes)(layer, live.quota_changes(quota_ids), committed_at=committed_at)
     except Exception as error:  # noqa: BLE001 (whatever Redis or the broker raise, the write stands; beat catches up)
         # One line, not a traceback: during a Redis outage every change comes here.
         logger.warning("could not publish scheduler event %s: %s", batch[0].get("kind"), error)
