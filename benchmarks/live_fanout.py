@@ -28,7 +28,7 @@ What is measured (client and server on the same machine, one clock):
   topic and socket): p50, p99, max.
 - Message age: for each message received, receive time minus its `committed_at`.
 - Dropped: a (client, topic, commit) that no message covers by the end (after a drain of
-  LIVE_COALESCE_SECONDS + 3 s): the commit's change never reached a client subscribed to it.
+  --drain seconds): the commit's change never reached a client subscribed to it.
 - The web process's resident memory (VmRSS) before the clients connect, once they are
   subscribed, and at the end; its CPU time (user + system) over the rounds.
 """
@@ -303,6 +303,8 @@ def main() -> None:
     parser.add_argument("--finish", type=int, default=20, help="running jobs that finish before each cycle")
     parser.add_argument("--clients", type=int, default=CLIENTS)
     parser.add_argument("--seed", type=int, default=12)
+    parser.add_argument("--drain", type=float, default=15.0, help="seconds to wait for late messages after the rounds")
+    parser.add_argument("--web-log", default="/tmp/live_fanout_web.log", help="where the web process's output goes")
     parser.add_argument("--clients-spec", help=argparse.SUPPRESS)  # the client process's own arguments
     parser.add_argument("--clients-out", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
@@ -336,7 +338,7 @@ def main() -> None:
         clients = _sign_in(arguments.clients)
         print(f"set-up: S3 and {len(clients)} signed-in users in {time.perf_counter() - started:.0f} s", flush=True)
         web_env = {**os.environ, "DATABASE_URL": url, "SCHEDULER_TRIGGER": "none"}
-        with Path(scratch, "web.log").open("w") as web_log:
+        with Path(arguments.web_log).open("w") as web_log:
             web = subprocess.Popen(
                 _process_table(arguments.port, "127.0.0.1")["web"],
                 cwd=ROOT,
@@ -384,7 +386,7 @@ def main() -> None:
                 started = time.perf_counter()
                 lines = _drive(arguments.rounds, arguments.finish, arguments.seed)
                 driven_s = time.perf_counter() - started
-                time.sleep(float(getattr(settings, "LIVE_COALESCE_SECONDS", 1.0)) + 3)
+                time.sleep(arguments.drain)
                 cpu_web = _cpu_seconds(web.pid) - cpu_before
                 rss_end = _rss_kib(web.pid)
                 load_after = os.getloadavg()
@@ -394,7 +396,7 @@ def main() -> None:
             finally:
                 for process in (web, watchers):
                     _stop(process)
-            web_lines = Path(scratch, "web.log").read_text().splitlines()
+            web_lines = Path(arguments.web_log).read_text().splitlines()
     figures = analyse(clients, results["received"], results["published"])
     print("\n".join(lines))
     print(
@@ -417,7 +419,7 @@ def main() -> None:
         f"subscribed, {rss_end / 1024:.0f} MiB at the end; web CPU over the rounds {cpu_web:.1f} s"
     )
     tracebacks = sum(line.startswith("Traceback") for line in web_lines)
-    print(f"web process log: {len(web_lines)} lines, {tracebacks} tracebacks")
+    print(f"web process log ({arguments.web_log}): {len(web_lines)} lines, {tracebacks} tracebacks")
     print(
         f"load average: {' '.join(f'{value:.2f}' for value in load_before)} before the rounds, "
         f"{' '.join(f'{value:.2f}' for value in load_after)} after"

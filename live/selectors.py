@@ -23,21 +23,24 @@ from scheduling.models import Job
 from workspaces.models import Workspace
 from workspaces.permissions import restrict
 
-TOPIC_PATTERN: Final = re.compile(r"^(?:cluster|(?P<kind>quota|job|node|workspace):(?P<id>[1-9][0-9]{0,17}))$")
+TOPIC_PATTERN: Final = re.compile(
+    r"^(?:(?P<whole>cluster|nodes)|(?P<kind>quota|job|node|workspace):(?P<id>[1-9][0-9]{0,17}))$"
+)
 MAX_TOPIC_LENGTH: Final = 40
 
 Viewer = AbstractBaseUser | AnonymousUser
 
 
 def parse_topic(topic: object) -> tuple[str, int | None] | None:
-    """(`kind`, id) of a well-formed topic (`("cluster", None)` for cluster), None otherwise."""
+    """(`kind`, id) of a well-formed topic (`("cluster", None)`, `("nodes", None)` for the
+    topics without an id), None otherwise."""
     if not isinstance(topic, str) or len(topic) > MAX_TOPIC_LENGTH:
         return None
     match = TOPIC_PATTERN.match(topic)
     if match is None:
         return None
-    if match["kind"] is None:
-        return ("cluster", None)
+    if match["whole"] is not None:
+        return (match["whole"], None)
     return (match["kind"], int(match["id"]))
 
 
@@ -52,14 +55,23 @@ def visible_topics(user: Viewer, topics: Iterable[str]) -> set[str]:
         if parsed is None:
             continue
         kind, object_id = parsed
-        if object_id is None:
+        if kind == "cluster":
             visible.add("cluster")  # aggregate figures only: every signed-in user hears them
+        elif kind == "nodes":
+            if may_watch_all_nodes(user):
+                visible.add("nodes")
         else:
             ids_by_kind.setdefault(kind, set()).add(object_id)
     for kind, ids in ids_by_kind.items():
         rows = _visible(kind, user).filter(pk__in=sorted(ids)).values_list("pk", flat=True)
         visible.update(f"{kind}:{pk}" for pk in rows)
     return visible
+
+
+def may_watch_all_nodes(user: Viewer) -> bool:
+    """`nodes`, every node's GPU cells in one topic, is the Nodes page's, and the page is for
+    platform admins: the user `restrict()` lets do everything (its superuser rule)."""
+    return bool(user.is_authenticated and getattr(user, "is_superuser", False))
 
 
 def _visible(kind: str, user: Viewer) -> QuerySet[Model]:
