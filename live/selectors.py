@@ -60,7 +60,7 @@ def visible_topics(user: Viewer, topics: Iterable[str]) -> set[str]:
         elif kind == "nodes":
             if may_watch_all_nodes(user):
                 visible.add("nodes")
-        else:
+        elif object_id is not None:
             ids_by_kind.setdefault(kind, set()).add(object_id)
     for kind, ids in ids_by_kind.items():
         rows = _visible(kind, user).filter(pk__in=sorted(ids)).values_list("pk", flat=True)
