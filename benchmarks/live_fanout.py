@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import random
 import subprocess
@@ -153,6 +154,19 @@ def _stop(process: subprocess.Popen[Any] | None) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout=10)
+
+
+class OverCapacity(logging.Handler):
+    """Counts channels_redis's "over capacity" lines: messages the layer refused (dropped) because
+    a process's inbox was full, as the publisher (this process) sees them."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.INFO)
+        self.refused = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "over capacity" in record.getMessage():
+            self.refused += 1
 
 
 def _percentile(values: Sequence[float], share: float) -> float:
@@ -329,6 +343,9 @@ def main() -> None:
     from console.launcher import _process_table
     from scheduling.live import topic_group
 
+    over_capacity = OverCapacity()
+    logging.getLogger("channels_redis.core").addHandler(over_capacity)
+    logging.getLogger("channels_redis.core").setLevel(logging.INFO)
     name = url.rsplit("/", 1)[1] or "wsbench"
     redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
     overrides = {"SCHEDULER_TRIGGER": "none", "SCHEDULER_PUBLISH_EVENTS": True, "SCHEDULER_LOCK": "postgres"}
@@ -413,6 +430,7 @@ def main() -> None:
     )
     for kind, (count, p50, p99) in figures["by_kind"].items():
         print(f"  {kind} topics: {count} deliveries, p50 {p50:.0f} ms, p99 {p99:.0f} ms")
+    print(f"refused by the channel layer (a process's inbox over capacity): {over_capacity.refused} group sends")
     print(f"dropped: {figures['dropped']} (target 0) {figures['dropped_examples'] or ''}")
     print(
         f"web process RSS: {rss_start / 1024:.0f} MiB at start, {rss_subscribed / 1024:.0f} MiB with the sockets "

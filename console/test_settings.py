@@ -10,8 +10,8 @@ import os
 from urllib.parse import urlsplit, urlunsplit
 
 from console.settings import *  # noqa: F403
+from console.settings import CHANNEL_LAYER_CAPACITY, channel_layer_host
 from console.settings import REDIS_URL as _CONFIGURED_REDIS_URL
-from console.settings import channel_layer_host
 
 _worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
 _worker_index = int(_worker.removeprefix("gw") or 0)
@@ -30,7 +30,11 @@ CELERY_TASK_DEFAULT_QUEUE = f"console-test-{_worker}"
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [channel_layer_host(REDIS_URL)], "prefix": f"test-{_worker}"},
+        "CONFIG": {
+            "hosts": [channel_layer_host(REDIS_URL)],
+            "prefix": f"test-{_worker}",
+            "capacity": CHANNEL_LAYER_CAPACITY,
+        },
     }
 }
 # Hashing passwords slowly protects real accounts, not test fixtures.

@@ -109,9 +109,14 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             later.cancel()
         for task in self.flushes.values():
             task.cancel()
-        await self.channel_layer.group_discard(user_group(self.user_id), self.channel_name)
-        for topic in self.topics:
-            await self.channel_layer.group_discard(topic_group(topic), self.channel_name)
+        try:
+            await self.channel_layer.group_discard(user_group(self.user_id), self.channel_name)
+            for topic in self.topics:
+                await self.channel_layer.group_discard(topic_group(topic), self.channel_name)
+        except Exception as error:  # noqa: BLE001 (whatever Redis raises: the socket is gone either way)
+            # A mass disconnect (a server stopping with hundreds of sockets) outruns the Redis
+            # connection pool; the memberships left behind expire with the layer's group_expiry.
+            logger.warning("live socket of user %s: could not leave its groups: %s", self.user_id, error)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if not hasattr(self, "user_id"):
