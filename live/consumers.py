@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import time
+import weakref
 from typing import Any, Final
 
 from channels.db import database_sync_to_async
@@ -97,13 +98,13 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self.budget = MessageBudget(rate=_setting("LIVE_MESSAGE_RATE", 5), burst=_setting("LIVE_MESSAGE_BURST", 20))
         self.closed = False
         await self.channel_layer.group_add(user_group(self.user_id), self.channel_name)
-        self.rechecks = asyncio.create_task(self._recheck_periodically())
+        _rechecks().add(self)
 
     async def disconnect(self, code: int) -> None:
         if not hasattr(self, "user_id"):
             return
         self.closed = True
-        self.rechecks.cancel()
+        _rechecks().discard(self)
         later = getattr(self, "later_recheck", None)
         if later is not None:
             later.cancel()
@@ -195,24 +196,25 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         await asyncio.sleep(delay)
         await self._recheck()
 
-    async def _recheck_periodically(self) -> None:
-        # The safety net for what no service announces (a rule edited, a lost notification).
-        interval = _setting("LIVE_RECHECK_SECONDS", 3)
-        while not self.closed:
-            await asyncio.sleep(interval)
-            await self._recheck()
-
     async def _recheck(self) -> None:
         if self.closed:
             return
-        signed_in, visible = await database_sync_to_async(self._still_visible)(sorted(self.topics))
+        checked = sorted(self.topics)
+        signed_in, visible = await database_sync_to_async(self._still_visible)(checked)
+        await self.apply_verdict(checked, signed_in, visible)
+
+    async def apply_verdict(self, checked: list[str], signed_in: bool, visible: set[str]) -> None:
+        """Close the socket of a user no longer signed in; drop the topics of `checked` they no
+        longer see (a topic subscribed while the check ran was checked at its subscription)."""
+        if self.closed:
+            return
         if not signed_in:
             logger.info("live socket of user %s closed: no longer signed in", self.user_id)
             self.closed = True
             await self.send_json({"type": "signed_out"})
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        dropped = sorted(self.topics - visible)
+        dropped = sorted((set(checked) & self.topics) - visible)
         for topic in dropped:
             await self._drop(topic)
         if dropped:
@@ -260,6 +262,52 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if stamp is not None:
             envelope["committed_at"] = stamp
         await self.send_json(envelope)
+
+
+class Rechecks:
+    """The safety net for what no service announces (a rule edited, a lost notification): every
+    LIVE_RECHECK_SECONDS, every socket of this event loop is checked again, all in one pass
+    (`selectors.still_visible`: two queries, then one per user with id topics). One task per
+    process, not one per socket: with a task per socket, 200 sockets cost 600 queries and 200
+    thread hops every 3 s, which starved the delivery of changes (benchmarks/live_fanout.py)."""
+
+    def __init__(self) -> None:
+        self.sockets: weakref.WeakSet[LiveConsumer] = weakref.WeakSet()
+        self.task: asyncio.Task[None] | None = None
+
+    def add(self, socket: LiveConsumer) -> None:
+        self.sockets.add(socket)
+        if self.task is None or self.task.done():
+            self.task = asyncio.create_task(self._run())
+
+    def discard(self, socket: LiveConsumer) -> None:
+        self.sockets.discard(socket)
+
+    async def _run(self) -> None:
+        while self.sockets:
+            await asyncio.sleep(_setting("LIVE_RECHECK_SECONDS", 3))
+            sockets = [socket for socket in list(self.sockets) if not socket.closed]
+            if not sockets:
+                continue
+            entries = [(socket.user_id, socket.session_key, sorted(socket.topics)) for socket in sockets]
+            try:
+                verdicts = await database_sync_to_async(selectors.still_visible)(entries)
+            except Exception as error:  # noqa: BLE001 (a database hiccup: try again next time, keep running)
+                logger.warning("live sockets' periodic re-check failed: %s", error)
+                continue
+            for socket, (_, _, checked), (signed_in, visible) in zip(sockets, entries, verdicts, strict=True):
+                await socket.apply_verdict(checked, signed_in, visible)
+
+
+# One per event loop: a test's event loop ends with its test, a server's lives as long as it.
+_RECHECKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Rechecks] = weakref.WeakKeyDictionary()
+
+
+def _rechecks() -> Rechecks:
+    loop = asyncio.get_running_loop()
+    if loop not in _RECHECKS:
+        _RECHECKS[loop] = Rechecks()
+    return _RECHECKS[loop]
 
 
 class UnknownPathConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]

@@ -8,7 +8,7 @@ five queries. A missing topic and a forbidden one give the same answer.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 from django.contrib.auth import get_user_model
@@ -96,3 +96,34 @@ def current_user(*, user_id: int, session_key: str | None) -> AbstractBaseUser |
         if not alive:
             return None
     return user
+
+
+Verdict = tuple[bool, set[str]]
+
+
+def still_visible(sockets: Sequence[tuple[int, str | None, Sequence[str]]]) -> list[Verdict]:
+    """For each socket (user id, session key, topics): whether its user may still be signed in
+    (as `current_user`) and which of its topics they may still hear. Every socket of a web
+    process in one pass: two queries for the sign-ins, then `visible_topics` once per user with
+    id topics (a socket of `cluster` alone costs nothing more)."""
+    user_ids = {user_id for user_id, _, _ in sockets}
+    users = {user.pk: user for user in get_user_model().objects.filter(pk__in=user_ids, is_active=True)}
+    keys = {key for _, key, _ in sockets if key is not None}
+    alive = set(
+        Session.objects.filter(session_key__in=keys, expire_date__gt=timezone.now()).values_list(
+            "session_key", flat=True
+        )
+    )
+    topics_by_user: dict[int, set[str]] = {}
+    for user_id, _, topics in sockets:
+        topics_by_user.setdefault(user_id, set()).update(topics)
+    visible_by_user = {
+        user_id: visible_topics(users[user_id], topics)
+        for user_id, topics in topics_by_user.items()
+        if user_id in users
+    }
+    verdicts: list[Verdict] = []
+    for user_id, key, topics in sockets:
+        signed_in = user_id in users and (key is None or key in alive)
+        verdicts.append((signed_in, visible_by_user.get(user_id, set()) & set(topics) if signed_in else set()))
+    return verdicts
