@@ -187,7 +187,9 @@ def _wait_for_http(url: str, seconds: float) -> None:
     raise SystemExit(f"the web process did not answer {url} within {seconds:.0f} s")
 
 
-def analyse(clients: list[dict[str, Any]], received: list[list[Any]], published: list[list[Any]]) -> dict[str, Any]:
+def analyse(
+    clients: list[dict[str, Any]], received: list[list[Any]], published: list[list[Any]], coalesce_seconds: float
+) -> dict[str, Any]:
     """Commit-to-client delays and drops, per the module's definitions."""
     commits: dict[str, list[float]] = defaultdict(list)
     # Commit to the channel layer (the publisher's read-back and its group_sends), as the observer
@@ -204,17 +206,24 @@ def analyse(clients: list[dict[str, Any]], received: list[list[Any]], published:
     delays_by_kind: dict[str, list[float]] = defaultdict(list)
     dropped: list[tuple[int, str, float]] = []
     expected = 0
+    immediate: list[float] = []
     for index, client in enumerate(clients):
         for topic in client["topics"]:
             messages = sorted(by_client_topic.get((index, topic), []))
+            arrivals = [at for at, _ in messages]
             for stamp in sorted(set(commits.get(topic, []))):
                 expected += 1
-                covering = next((at for at, carried in messages if carried >= stamp), None)
-                if covering is None:
+                position = next((k for k, (_, carried) in enumerate(messages) if carried >= stamp), None)
+                if position is None:
                     dropped.append((index, topic, stamp))
-                else:
-                    delays.append(covering - stamp)
-                    delays_by_kind[topic.split(":")[0]].append(covering - stamp)
+                    continue
+                covering = arrivals[position]
+                delays.append(covering - stamp)
+                delays_by_kind[topic.split(":")[0]].append(covering - stamp)
+                # Not held by coalescing: the socket had sent nothing on this topic for a window
+                # before (a held message goes out a window after the previous one).
+                if position == 0 or covering - arrivals[position - 1] > coalesce_seconds + 0.05:
+                    immediate.append(covering - stamp)
     return {
         "commits_published": sum(len(set(stamps)) for stamps in commits.values()),
         "topics": len(commits),
@@ -227,6 +236,11 @@ def analyse(clients: list[dict[str, Any]], received: list[list[Any]], published:
             kind: (len(values), _percentile(values, 0.5) * 1000, _percentile(values, 0.99) * 1000)
             for kind, values in sorted(delays_by_kind.items())
         },
+        "immediate": (
+            len(immediate),
+            _percentile(immediate, 0.5) * 1000,
+            _percentile(immediate, 0.99) * 1000,
+        ),
         "published_p50_ms": _percentile(published_delays, 0.5) * 1000,
         "published_p99_ms": _percentile(published_delays, 0.99) * 1000,
         "age_p50_ms": _percentile(ages, 0.5) * 1000,
@@ -414,7 +428,8 @@ def main() -> None:
                 for process in (web, watchers):
                     _stop(process)
             web_lines = Path(arguments.web_log).read_text().splitlines()
-    figures = analyse(clients, results["received"], results["published"])
+    coalesce_seconds = float(getattr(settings, "LIVE_COALESCE_SECONDS", 1.0))
+    figures = analyse(clients, results["received"], results["published"], coalesce_seconds)
     print("\n".join(lines))
     print(
         f"\n{len(clients)} clients, {arguments.rounds} rounds in {driven_s:.1f} s; "
@@ -430,6 +445,11 @@ def main() -> None:
     )
     for kind, (count, p50, p99) in figures["by_kind"].items():
         print(f"  {kind} topics: {count} deliveries, p50 {p50:.0f} ms, p99 {p99:.0f} ms")
+    count, p50, p99 = figures["immediate"]
+    print(
+        f"  not held by coalescing (the socket sent nothing on the topic in the {coalesce_seconds:g} s before): "
+        f"{count} deliveries, p50 {p50:.0f} ms, p99 {p99:.0f} ms; the others waited for the window to end"
+    )
     print(f"refused by the channel layer (a process's inbox over capacity): {over_capacity.refused} group sends")
     print(f"dropped: {figures['dropped']} (target 0) {figures['dropped_examples'] or ''}")
     print(
