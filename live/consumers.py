@@ -296,7 +296,10 @@ class Rechecks:
                 logger.warning("live sockets' periodic re-check failed: %s", error)
                 continue
             for socket, (_, _, checked), (signed_in, visible) in zip(sockets, entries, verdicts, strict=True):
-                await socket.apply_verdict(checked, signed_in, visible)
+                try:
+                    await socket.apply_verdict(checked, signed_in, visible)
+                except Exception as error:  # noqa: BLE001 (one socket's failure must not end the others' checks)
+                    logger.warning("live socket of user %s: re-check not applied: %s", socket.user_id, error)
 
 
 # One per event loop: a test's event loop ends with its test, a server's lives as long as it.
