@@ -332,6 +332,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=CLIENTS)
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--drain", type=float, default=15.0, help="seconds to wait for late messages after the rounds")
+    parser.add_argument("--raw", default="/tmp/live_fanout_raw.json", help="every message, for a closer look")
     parser.add_argument("--web-log", default="/tmp/live_fanout_web.log", help="where the web process's output goes")
     parser.add_argument("--clients-spec", help=argparse.SUPPRESS)  # the client process's own arguments
     parser.add_argument("--clients-out", help=argparse.SUPPRESS)
@@ -424,6 +425,7 @@ def main() -> None:
                 watchers.stdin.close()
                 watchers.wait(timeout=120)
                 results = json.loads(out.read_text())
+                Path(arguments.raw).write_text(json.dumps({"clients": clients, **results}))
             finally:
                 for process in (web, watchers):
                     _stop(process)
