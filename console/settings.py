@@ -225,10 +225,28 @@ CONTENT_SECURITY_POLICY = {
     },
 }
 
+# channels_redis waits for a socket's next message in a blocking read of 5 s, and redis-py 8 gives
+# every read a 5 s timeout by default: a live socket idle for 5 s lost its consumer to a
+# TimeoutError (with a traceback) and reconnected. Reads may outlast the blocking wait.
+CHANNEL_LAYER_READ_TIMEOUT_SECONDS = 15
+# Messages waiting for one web process (all its sockets share one Redis inbox, and each group_send
+# puts one message there per process); beyond it channels_redis drops them. Its default, 100, was
+# overrun by one S3 cycle's commit while 200 sockets listened (benchmarks/live_fanout.py).
+CHANNEL_LAYER_CAPACITY = env.int("CHANNEL_LAYER_CAPACITY", default=5000)
+
+
+def channel_layer_host(url: str) -> dict[str, object]:
+    return {"address": url, "socket_timeout": CHANNEL_LAYER_READ_TIMEOUT_SECONDS}
+
+
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": env.str("CHANNELS_PREFIX", default="asgi")},
+        "CONFIG": {
+            "hosts": [channel_layer_host(REDIS_URL)],
+            "prefix": env.str("CHANNELS_PREFIX", default="asgi"),
+            "capacity": CHANNEL_LAYER_CAPACITY,
+        },
     }
 }
 

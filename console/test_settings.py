@@ -10,6 +10,7 @@ import os
 from urllib.parse import urlsplit, urlunsplit
 
 from console.settings import *  # noqa: F403
+from console.settings import CHANNEL_LAYER_CAPACITY, channel_layer_host
 from console.settings import REDIS_URL as _CONFIGURED_REDIS_URL
 
 _worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
@@ -29,7 +30,11 @@ CELERY_TASK_DEFAULT_QUEUE = f"console-test-{_worker}"
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": f"test-{_worker}"},
+        "CONFIG": {
+            "hosts": [channel_layer_host(REDIS_URL)],
+            "prefix": f"test-{_worker}",
+            "capacity": CHANNEL_LAYER_CAPACITY,
+        },
     }
 }
 # Hashing passwords slowly protects real accounts, not test fixtures.

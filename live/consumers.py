@@ -3,7 +3,8 @@ are live.selectors (the same `restrict()` as the pages), the changes come from s
 
 Client → server: `{"subscribe": ["job:12", "cluster"]}`, `{"unsubscribe": [...]}`.
 Server → client: `{"type": "subscription", "subscribed": [...], "refused": [...]}`,
-`{"type": "change", "topic": "job:12", "change": {...}}`, `{"type": "dropped", "topics": [...]}`,
+`{"type": "change", "topic": "job:12", "change": {...}, "committed_at": 1764085000.123}` (the
+newest commit merged in, epoch seconds), `{"type": "dropped", "topics": [...]}`,
 `{"type": "error", "message": "..."}`. Close codes: 4401 not signed in (or no longer),
 4404 unknown path, 1009 message too big, 4429 too many messages.
 """
@@ -14,6 +15,7 @@ import asyncio
 import json
 import logging
 import time
+import weakref
 from typing import Any, Final
 
 from channels.db import database_sync_to_async
@@ -91,25 +93,31 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self.topics: set[str] = set()
         self.last_sent: dict[str, float] = {}
         self.pending: dict[str, dict[str, Any]] = {}
+        self.pending_stamps: dict[str, float] = {}
         self.flushes: dict[str, asyncio.Task[None]] = {}
         self.budget = MessageBudget(rate=_setting("LIVE_MESSAGE_RATE", 5), burst=_setting("LIVE_MESSAGE_BURST", 20))
         self.closed = False
         await self.channel_layer.group_add(user_group(self.user_id), self.channel_name)
-        self.rechecks = asyncio.create_task(self._recheck_periodically())
+        _rechecks().add(self)
 
     async def disconnect(self, code: int) -> None:
         if not hasattr(self, "user_id"):
             return
         self.closed = True
-        self.rechecks.cancel()
+        _rechecks().discard(self)
         later = getattr(self, "later_recheck", None)
         if later is not None:
             later.cancel()
         for task in self.flushes.values():
             task.cancel()
-        await self.channel_layer.group_discard(user_group(self.user_id), self.channel_name)
-        for topic in self.topics:
-            await self.channel_layer.group_discard(topic_group(topic), self.channel_name)
+        try:
+            await self.channel_layer.group_discard(user_group(self.user_id), self.channel_name)
+            for topic in self.topics:
+                await self.channel_layer.group_discard(topic_group(topic), self.channel_name)
+        except Exception as error:  # noqa: BLE001 (whatever Redis raises: the socket is gone either way)
+            # A mass disconnect (a server stopping with hundreds of sockets) outruns the Redis
+            # connection pool; the memberships left behind expire with the layer's group_expiry.
+            logger.warning("live socket of user %s: could not leave its groups: %s", self.user_id, error)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if not hasattr(self, "user_id"):
@@ -165,6 +173,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def _drop(self, topic: str) -> None:
         self.topics.discard(topic)
         self.pending.pop(topic, None)
+        self.pending_stamps.pop(topic, None)
         flush = self.flushes.pop(topic, None)
         if flush is not None:
             flush.cancel()
@@ -187,24 +196,25 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         await asyncio.sleep(delay)
         await self._recheck()
 
-    async def _recheck_periodically(self) -> None:
-        # The safety net for what no service announces (a rule edited, a lost notification).
-        interval = _setting("LIVE_RECHECK_SECONDS", 3)
-        while not self.closed:
-            await asyncio.sleep(interval)
-            await self._recheck()
-
     async def _recheck(self) -> None:
         if self.closed:
             return
-        signed_in, visible = await database_sync_to_async(self._still_visible)(sorted(self.topics))
+        checked = sorted(self.topics)
+        signed_in, visible = await database_sync_to_async(self._still_visible)(checked)
+        await self.apply_verdict(checked, signed_in, visible)
+
+    async def apply_verdict(self, checked: list[str], signed_in: bool, visible: set[str]) -> None:
+        """Close the socket of a user no longer signed in; drop the topics of `checked` they no
+        longer see (a topic subscribed while the check ran was checked at its subscription)."""
+        if self.closed:
+            return
         if not signed_in:
             logger.info("live socket of user %s closed: no longer signed in", self.user_id)
             self.closed = True
             await self.send_json({"type": "signed_out"})
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        dropped = sorted(self.topics - visible)
+        dropped = sorted((set(checked) & self.topics) - visible)
         for topic in dropped:
             await self._drop(topic)
         if dropped:
@@ -225,6 +235,10 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if topic not in self.topics:
             return
         self.pending[topic] = merge_change(self.pending.get(topic), message.get("change") or {})
+        stamp = message.get("committed_at")
+        if isinstance(stamp, int | float):
+            # A merged change is as fresh as its newest commit.
+            self.pending_stamps[topic] = max(stamp, self.pending_stamps.get(topic, stamp))
         if topic in self.flushes:
             return
         wait = self.last_sent.get(topic, float("-inf")) + _setting("LIVE_COALESCE_SECONDS", 1.0) - time.monotonic()
@@ -240,10 +254,63 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     async def _flush(self, topic: str) -> None:
         change = self.pending.pop(topic, None)
+        stamp = self.pending_stamps.pop(topic, None)
         if change is None or topic not in self.topics or self.closed:
             return
         self.last_sent[topic] = time.monotonic()
-        await self.send_json({"type": "change", "topic": topic, "change": change})
+        envelope: dict[str, Any] = {"type": "change", "topic": topic, "change": change}
+        if stamp is not None:
+            envelope["committed_at"] = stamp
+        await self.send_json(envelope)
+
+
+class Rechecks:
+    """The safety net for what no service announces (a rule edited, a lost notification): every
+    LIVE_RECHECK_SECONDS, every socket of this event loop is checked again, all in one pass
+    (`selectors.still_visible`: two queries, then one per user with id topics). One task per
+    process, not one per socket: with a task per socket, 200 sockets cost 600 queries and 200
+    thread hops every 3 s, which starved the delivery of changes (benchmarks/live_fanout.py)."""
+
+    def __init__(self) -> None:
+        self.sockets: weakref.WeakSet[LiveConsumer] = weakref.WeakSet()
+        self.task: asyncio.Task[None] | None = None
+
+    def add(self, socket: LiveConsumer) -> None:
+        self.sockets.add(socket)
+        if self.task is None or self.task.done():
+            self.task = asyncio.create_task(self._run())
+
+    def discard(self, socket: LiveConsumer) -> None:
+        self.sockets.discard(socket)
+
+    async def _run(self) -> None:
+        while self.sockets:
+            await asyncio.sleep(_setting("LIVE_RECHECK_SECONDS", 3))
+            sockets = [socket for socket in list(self.sockets) if not socket.closed]
+            if not sockets:
+                continue
+            entries = [(socket.user_id, socket.session_key, sorted(socket.topics)) for socket in sockets]
+            try:
+                verdicts = await database_sync_to_async(selectors.still_visible)(entries)
+            except Exception as error:  # noqa: BLE001 (a database hiccup: try again next time, keep running)
+                logger.warning("live sockets' periodic re-check failed: %s", error)
+                continue
+            for socket, (_, _, checked), (signed_in, visible) in zip(sockets, entries, verdicts, strict=True):
+                try:
+                    await socket.apply_verdict(checked, signed_in, visible)
+                except Exception as error:  # noqa: BLE001 (one socket's failure must not end the others' checks)
+                    logger.warning("live socket of user %s: re-check not applied: %s", socket.user_id, error)
+
+
+# One per event loop: a test's event loop ends with its test, a server's lives as long as it.
+_RECHECKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Rechecks] = weakref.WeakKeyDictionary()
+
+
+def _rechecks() -> Rechecks:
+    loop = asyncio.get_running_loop()
+    if loop not in _RECHECKS:
+        _RECHECKS[loop] = Rechecks()
+    return _RECHECKS[loop]
 
 
 class UnknownPathConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]

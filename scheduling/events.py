@@ -40,13 +40,18 @@ def publish_many(batch: Sequence[dict[str, Any]]) -> bool:
     changes are read back together (one snapshot for a bulk submission, not one per job)."""
     if not batch or not getattr(settings, "SCHEDULER_PUBLISH_EVENTS", True):
         return False
+    # Stamped before the read-back: the live envelope's `committed_at` (docs/live.md) is the commit.
+    committed_at = live.commit_stamp()
     try:
         layer = get_channel_layer()
         if layer is None:
             return False
-        # The live pages' topics (scheduling.live): what changed, read back after commit.
-        changes = live.topic_changes(batch)
-        async_to_sync(_send)(layer, batch, changes)
+        # The live pages' topics (scheduling.live): what changed, read back after commit; the
+        # quotas' figures (the costly read) go out second, so the rest does not wait for them.
+        changes, quota_ids = live.first_changes(batch)
+        async_to_sync(_send)(layer, batch, changes, committed_at)
+        if quota_ids:
+            async_to_sync(live.send_topic_changes)(layer, live.quota_changes(quota_ids), committed_at=committed_at)
     except Exception as error:  # noqa: BLE001 (whatever Redis or the broker raise, the write stands; beat catches up)
         # One line, not a traceback: during a Redis outage every change comes here.
         logger.warning("could not publish scheduler event %s: %s", batch[0].get("kind"), error)
@@ -54,9 +59,11 @@ def publish_many(batch: Sequence[dict[str, Any]]) -> bool:
     return True
 
 
-async def _send(layer: Any, batch: Sequence[dict[str, Any]], changes: Sequence[live.TopicChange]) -> None:
+async def _send(
+    layer: Any, batch: Sequence[dict[str, Any]], changes: Sequence[live.TopicChange], committed_at: float
+) -> None:
     # One event loop per commit: async_to_sync per message costs a thread hop each, and the first
     # S3 cycle (2,127 admissions, 11,003 topic changes) spent 152 s publishing that way.
     for event in batch:
         await layer.group_send(GROUP, {"type": MESSAGE_TYPE, "event": event})
-    await live.send_topic_changes(layer, changes)
+    await live.send_topic_changes(layer, changes, committed_at=committed_at)

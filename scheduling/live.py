@@ -16,8 +16,10 @@ order events arrive in. Consumers (live.consumers) coalesce them per topic and p
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
 from quotas import selectors as quota_selectors
@@ -26,6 +28,7 @@ from scheduling import selectors
 
 MESSAGE_TYPE: Final = "live.change"
 TOPIC_KINDS: Final = ("cluster", "quota", "job", "node", "workspace")
+SENDS_IN_FLIGHT: Final = 16
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +43,14 @@ def topic_group(topic: str) -> str:
 def topic_changes(batch: Sequence[Mapping[str, Any]]) -> list[TopicChange]:
     """The (topic, change) pairs of the scheduler events of one commit, read in a constant number
     of queries whatever the number of events."""
+    changes, quota_ids = first_changes(batch)
+    return changes + quota_changes(quota_ids)
+
+
+def first_changes(batch: Sequence[Mapping[str, Any]]) -> tuple[list[TopicChange], set[int]]:
+    """The jobs', workspaces' and cluster's changes of one commit (two queries), and the quotas
+    they touch. Quota figures come apart (`quota_changes`): they need the whole tree's fair share,
+    the costly read (a few hundred ms on S3), and the cheap changes need not wait for it."""
     job_ids = sorted({job_id for event in batch for job_id in _job_ids(event)})
     rows = selectors.live_job_rows(job_ids=job_ids) if job_ids else []
     changes: list[TopicChange] = []
@@ -61,12 +72,12 @@ def topic_changes(batch: Sequence[Mapping[str, Any]]) -> list[TopicChange]:
         by_workspace.setdefault(row["workspace_id"], {})[str(row["id"])] = row["state"]
         quota_ids.add(row["quota_id"])
     changes.extend((f"workspace:{workspace_id}", {"jobs": jobs}) for workspace_id, jobs in by_workspace.items())
-    if quota_ids:
-        changes.extend(_quota_changes(quota_ids))
     cycles = [event for event in batch if event.get("kind") == "cycle"]
     if cycles:
         event = cycles[-1]
-        changes.append(
+        # First of the commit's changes: every signed-in page may listen to `cluster`.
+        changes.insert(
+            0,
             (
                 "cluster",
                 {
@@ -77,15 +88,34 @@ def topic_changes(batch: Sequence[Mapping[str, Any]]) -> list[TopicChange]:
                     "cycle_at": event.get("started_at"),
                     "allocated_gpus": selectors.allocated_gpus_total(),
                 },
+            ),
+        )
+    return changes, quota_ids
+
+
+def commit_stamp() -> float:
+    """The envelope's `committed_at`: seconds since the epoch, to the millisecond. Taken when the
+    publisher runs after commit, so a client can tell how stale a change is (and the fan-out
+    benchmark measures commit to client with it)."""
+    return round(time.time(), 3)
+
+
+async def send_topic_changes(layer: Any, changes: Sequence[TopicChange], *, committed_at: float | None = None) -> None:
+    """Send each change to its topic's group, all in the caller's one event loop, each stamped
+    with the commit it comes from (`committed_at`, taken now when the caller has none)."""
+    stamp = commit_stamp() if committed_at is None else committed_at
+    # A few sends in flight at once: each group_send is two or three Redis round trips, and a
+    # cycle's commit has hundreds of topics. Every topic has one change per commit, and commits
+    # are sent one after the other, so a topic's changes keep their order.
+    for first in range(0, len(changes), SENDS_IN_FLIGHT):
+        await asyncio.gather(
+            *(
+                layer.group_send(
+                    topic_group(topic), {"type": MESSAGE_TYPE, "topic": topic, "change": change, "committed_at": stamp}
+                )
+                for topic, change in changes[first : first + SENDS_IN_FLIGHT]
             )
         )
-    return changes
-
-
-async def send_topic_changes(layer: Any, changes: Sequence[TopicChange]) -> None:
-    """Send each change to its topic's group, all in the caller's one event loop."""
-    for topic, change in changes:
-        await layer.group_send(topic_group(topic), {"type": MESSAGE_TYPE, "topic": topic, "change": change})
 
 
 def _job_ids(event: Mapping[str, Any]) -> list[int]:
@@ -97,7 +127,10 @@ def _job_ids(event: Mapping[str, Any]) -> list[int]:
     return []
 
 
-def _quota_changes(quota_ids: Iterable[int]) -> list[TopicChange]:
+def quota_changes(quota_ids: Collection[int]) -> list[TopicChange]:
+    """The figures of the quotas touched and of their ancestors (allocation rolls up the tree)."""
+    if not quota_ids:
+        return []
     quotas = list(Quota.objects.only("id", "parent_id", "gpus", "name"))
     by_id = {quota.pk: quota for quota in quotas}
     touched: set[int] = set()

@@ -2,6 +2,11 @@
 
 - `node:<id>`: per GPU, `gpu_<i>_util` (and `gpu_<i>_util_display`, "91 %", for the Nodes page's
   `data-live` cells) and `gpu_<i>_memory_mib`;
+- `nodes` (the Nodes page, platform admins): every node's GPUs of the batch in one change,
+  `{"sampled_at", "util": {"<node id>": {"<gpu>": 91.5}}}` (utilisation to 0.1 %). One topic
+  whatever the number of nodes: a page of 1,000 nodes would need 1,000 `node:<id>` topics, past a
+  socket's LIVE_MAX_SUBSCRIPTIONS. The socket's coalescing merges `util` node by node, so batches
+  of a few nodes each (agents' beats) within a second reach the page as one message;
 - `job:<id>`: `{"telemetry": {"<node id>:<gpu>": {"label", "util", "memory_used_mib",
   "memory_total_mib", "at"}}}` for the job page's chart (`Plotly.extendTraces`). A nested map:
   the socket's coalescing merges it GPU by GPU, and a job's state change merged with it keeps both.
@@ -67,6 +72,11 @@ def topic_changes(recorded: Sequence[Recorded], *, at: datetime) -> list[TopicCh
                 "at": when,
             }
     changes: list[TopicChange] = [(f"node:{node_id}", change) for node_id, change in nodes.items()]
+    if nodes:
+        cells: dict[str, dict[str, float]] = {}
+        for sample in recorded:
+            cells.setdefault(str(sample.node_id), {})[str(sample.gpu)] = round(sample.utilisation, 1)
+        changes.append(("nodes", {"sampled_at": when, "util": cells}))
     changes.extend((f"job:{job_id}", {"telemetry": gpus}) for job_id, gpus in jobs.items())
     return changes
 

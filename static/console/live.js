@@ -122,7 +122,7 @@
       } else if (message.type === "change") {
         if (syncing) { queued.push(message); } else { apply(message.topic, message.change); }
         // GPU samples (every 5 s, docs/telemetry.md) change no polled region: charts take them.
-        if (!(message.topic.lastIndexOf("node:", 0) === 0 || Object.keys(message.change).join() === "telemetry")) { refreshPolled(); }
+        if (!(message.topic.lastIndexOf("node", 0) === 0 || Object.keys(message.change).join() === "telemetry")) { refreshPolled(); }
       } else if (message.type === "signed_out") {
         stopped = true;
       }

@@ -36,16 +36,24 @@
     root.querySelectorAll("[data-gpu-util]").forEach(paintHeat);
   }
 
+  // The page listens to one topic, "nodes" (docs/live.md): {"util": {"<node id>": {"<gpu>": 91.5}}},
+  // every node of a sample batch, however many nodes the page shows. Its cells are marked
+  // data-live="nodes:util.<node>.<gpu>" so that live.js subscribes to it and copies them on a
+  // reconnect; their text is written here, as the field is nested.
   document.addEventListener("live:change", function (event) {
-    var topic = event.detail.topic, change = event.detail.change;
-    if (topic.lastIndexOf("node:", 0) !== 0) { return; }
-    var card = document.querySelector('[data-node-id="' + topic.slice(5) + '"]');
-    if (!card) { return; }
-    card.querySelectorAll("[data-gpu]").forEach(function (cell) {
-      var util = change["gpu_" + cell.dataset.gpu + "_util"];
-      if (util === undefined) { return; }
-      cell.dataset.gpuUtil = String(util);
-      paintHeat(cell);
+    if (event.detail.topic !== "nodes") { return; }
+    var util = event.detail.change.util || {};
+    Object.keys(util).forEach(function (nodeId) {
+      var card = document.querySelector('[data-node-id="' + nodeId + '"]');
+      if (!card) { return; }
+      card.querySelectorAll("[data-gpu]").forEach(function (cell) {
+        var value = util[nodeId][cell.dataset.gpu];
+        if (value === undefined) { return; }
+        cell.dataset.gpuUtil = String(value);
+        var text = cell.querySelector("[data-live]");
+        if (text) { text.textContent = Math.round(value) + " %"; }
+        paintHeat(cell);
+      });
     });
   });
   document.addEventListener("DOMContentLoaded", function () { drawUse(document); });

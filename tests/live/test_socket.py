@@ -228,14 +228,40 @@ def test_job_state_change_after_commit_reaches_a_subscriber(world: dict[str, Any
         socket = await connect(world["dave"])
         await socket.send_json_to({"subscribe": [f"job:{mine.pk}", f"workspace:{world['lab_a'].pk}"]})
         await next_of(socket, "subscription")
+        before = time.time()
         await sync_to_async(job_services.cancel_job)(actor=world["dave"], job=mine)
+        after = time.time()
         change = await next_of(socket, "change")
         seen = {change["topic"]: change["change"]}
+        stamps = {change["committed_at"]}
         change = await next_of(socket, "change")
         seen[change["topic"]] = change["change"]
+        stamps.add(change["committed_at"])
+        # One commit, one stamp on both topics, taken after the commit and before the cancel returned.
+        assert len(stamps) == 1
+        assert before - 0.001 <= stamps.pop() <= after + 0.001
         assert seen[f"job:{mine.pk}"]["state"] == "cancelled"
         assert seen[f"job:{mine.pk}"]["state_display"] == "Cancelled"
         assert seen[f"workspace:{world['lab_a'].pk}"] == {"jobs": {str(mine.pk): "cancelled"}}
+        await socket.disconnect()
+
+    run(scenario)
+
+
+@pytest.mark.timeout(40)
+def test_an_idle_socket_stays_open_and_hears_the_next_change(world: dict[str, Any]) -> None:
+    """A socket that hears nothing for longer than the channel layer's blocking read (5 s) is
+    still there for the next change (redis-py 8's default 5 s read timeout killed it)."""
+    mine = world["mine"]
+
+    async def scenario() -> None:
+        socket = await connect(world["dave"])
+        await socket.send_json_to({"subscribe": [f"job:{mine.pk}"]})
+        await next_of(socket, "subscription")
+        assert await socket.receive_nothing(timeout=12, interval=0.5)
+        await sync_to_async(job_services.cancel_job)(actor=world["dave"], job=mine)
+        change = await next_of(socket, "change")
+        assert change["change"]["state"] == "cancelled"
         await socket.disconnect()
 
     run(scenario)
@@ -257,11 +283,14 @@ def test_many_changes_in_one_second_are_one_message(world: dict[str, Any]) -> No
         started = time.monotonic()
         for index in range(20):
             change = {"state": "running", "allocated_gpus": index}
-            await layer.group_send(topic_group(topic), {"type": MESSAGE_TYPE, "topic": topic, "change": change})
+            envelope = {"type": MESSAGE_TYPE, "topic": topic, "change": change, "committed_at": 1000.0 + index}
+            await layer.group_send(topic_group(topic), envelope)
         first = await next_of(socket, "change")
         assert first["change"]["allocated_gpus"] == 0  # the first goes out at once
+        assert first["committed_at"] == 1000.0
         second = await next_of(socket, "change", timeout=3)
         assert second["change"]["allocated_gpus"] == 19  # the rest, merged, when the second ends
+        assert second["committed_at"] == 1019.0  # as fresh as the newest commit merged in
         assert time.monotonic() - started >= 0.9
         assert await socket.receive_nothing(timeout=1.2)
         await socket.disconnect()

@@ -97,7 +97,7 @@ def test_nodes_page_shows_each_gpus_utilisation(cluster: dict[str, Any], platfor
     assert len(more.captured_queries) == len(few.captured_queries)
     node = cluster["nodes"][0]
     assert html.count('data-gpu-util="') == 16
-    assert f'data-live="node:{node.pk}:gpu_0_util"' in html
+    assert f'data-live="nodes:util.{node.pk}.0"' in html
     assert re.search(r'data-gpu-util="(8[5-9]|9[0-5])\.\d+"', html)  # training's GPUs
     assert 'data-gpu-util="0.000000"' in html  # an idle one
     assert ' style="' not in html

@@ -16,6 +16,7 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 from playwright.sync_api import Page, expect
 
+from quotas import services as quota_services
 from quotas.models import Node
 from scheduling.models import Job
 from telemetry import services
@@ -149,3 +150,32 @@ def test_gpu_samples_do_not_refresh_the_job_pages_polled_block(
         expect(chart).to_have_attribute("data-extended", expected, timeout=10_000)
     page.wait_for_timeout(600)  # past live.js's 300 ms refresh debounce
     assert requests == []
+
+
+def test_nodes_page_of_more_than_250_nodes_follows_a_far_node_live(
+    asgi_server: str,  # noqa: F811
+    make_user: Callable[..., AbstractUser],
+    browser_page: Page,
+    settings: Any,
+) -> None:
+    """Past LIVE_MAX_SUBSCRIPTIONS (250) nodes, the page still hears every node: one `nodes`
+    topic, not one per node (before, node 251 and later never changed without a reload)."""
+    settings.SCHEDULER_PUBLISH_EVENTS = True
+    make_user("platform-admin", platform_admin=True)
+    first = quota_services.create_node(actor=None, name="node-000", gpus=2)
+    Node.objects.bulk_create(Node(pool=first.pool, name=f"node-{index:03d}", gpus=2) for index in range(1, 300))
+    far = Node.objects.get(name="node-299")
+    page = browser_page
+    sign_in_as(page, asgi_server, "platform-admin")
+    page.goto(f"{asgi_server}/nodes/")
+    expect(page.get_by_test_id("live-status")).to_have_text("Live")
+    cell = f"section[data-node-id='{far.pk}'] li[data-gpu='1']"
+    expect(page.locator(cell).get_by_test_id("gpu-util")).to_have_text("Util —")
+    samples = [GpuReading(0, 20.0, 1024, 81920), GpuReading(1, 93.0, 2048, 81920)]
+    in_a_thread(lambda: services.record_gpu_samples(far, samples))
+    expect(page.locator(cell).get_by_test_id("gpu-util")).to_have_text("Util 93 %")
+    page.wait_for_function(
+        "s => getComputedStyle(document.querySelector(s)).backgroundColor.indexOf('rgb(2') === 0",
+        arg=f"{cell} .gpu-heat",
+    )
+    assert rgb(page, f"{cell} .gpu-heat", "backgroundColor")[0] > 200  # red: busy
