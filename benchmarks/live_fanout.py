@@ -295,10 +295,14 @@ def _sign_in(user_count: int) -> list[dict[str, Any]]:
     return clients
 
 
-def _drive(rounds: int, finish: int, seed: int) -> list[str]:
-    """The first cycle, then `rounds` of finishing jobs (one commit each) and a cycle."""
+def _drive(rounds: int, finish: int, seed: int, *, finish_commits: str = "each") -> list[str]:
+    """The first cycle, then `rounds` of finishing jobs and a cycle. With `finish_commits`
+    "each", every job finishes in its own commit (a burst: each quota topic changes about ten
+    times a second, so coalescing holds changes); with "tick", they finish in one commit, as the
+    simulated executor's tick finishes the jobs that are due (the runtime's own shape)."""
     from scheduling import services
     from scheduling.cycle import run_cycle
+    from scheduling.executors.simulated import SimulatedExecutor
     from scheduling.models import Job, JobState
 
     rng = random.Random(seed)
@@ -312,8 +316,14 @@ def _drive(rounds: int, finish: int, seed: int) -> list[str]:
     for number in range(rounds):
         running = list(Job.objects.filter(state=JobState.RUNNING).values_list("pk", flat=True))
         started = time.perf_counter()
-        for job in Job.objects.filter(pk__in=rng.sample(running, min(finish, len(running)))):
-            services.finish_job(job=job)
+        finishing = list(Job.objects.filter(pk__in=rng.sample(running, min(finish, len(running)))))
+        if finish_commits == "tick":
+            for job in finishing:
+                job.duration = job.duration or 1.0  # the executor's event names the run time
+            SimulatedExecutor().finish_jobs(finishing)
+        else:
+            for job in finishing:
+                services.finish_job(job=job)
         finished_ms = (time.perf_counter() - started) * 1000
         started = time.perf_counter()
         outcome = run_cycle(trigger="benchmark")
@@ -329,6 +339,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8120)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--finish", type=int, default=20, help="running jobs that finish before each cycle")
+    parser.add_argument(
+        "--finish-commits",
+        choices=("each", "tick"),
+        default="each",
+        help="each: one commit per finished job (a burst); tick: one commit for them all, as the executor's tick",
+    )
     parser.add_argument("--clients", type=int, default=CLIENTS)
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--drain", type=float, default=15.0, help="seconds to wait for late messages after the rounds")
@@ -416,7 +432,9 @@ def main() -> None:
                 cpu_before = _cpu_seconds(web.pid)
                 load_before = os.getloadavg()
                 started = time.perf_counter()
-                lines = _drive(arguments.rounds, arguments.finish, arguments.seed)
+                lines = _drive(
+                    arguments.rounds, arguments.finish, arguments.seed, finish_commits=arguments.finish_commits
+                )
                 driven_s = time.perf_counter() - started
                 time.sleep(arguments.drain)
                 cpu_web = _cpu_seconds(web.pid) - cpu_before
