@@ -74,6 +74,14 @@ def merge_change(earlier: dict[str, Any] | None, later: dict[str, Any]) -> dict[
     return merged
 
 
+def coalescing_clock(topic: str) -> str:
+    """The window a topic's changes are coalesced in. Every `quota:<id>` shares one: a GPU that
+    moves from one quota to another changes both in one commit, and with a window each, one
+    figure could reach a page up to a window before the other (a stacked chart would briefly
+    count the GPU twice). Any other topic has its own."""
+    return "quota" if topic.startswith("quota:") else topic
+
+
 class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     """One browser tab's socket: its topics, its coalescing clock, its bounds."""
 
@@ -174,9 +182,11 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self.topics.discard(topic)
         self.pending.pop(topic, None)
         self.pending_stamps.pop(topic, None)
-        flush = self.flushes.pop(topic, None)
-        if flush is not None:
-            flush.cancel()
+        clock = coalescing_clock(topic)
+        if not any(coalescing_clock(other) == clock for other in self.pending):
+            flush = self.flushes.pop(clock, None)
+            if flush is not None:
+                flush.cancel()
         await self.channel_layer.group_discard(topic_group(topic), self.channel_name)
 
     def _visible_topics(self, topics: list[str]) -> set[str]:
@@ -230,7 +240,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     async def live_change(self, message: dict[str, Any]) -> None:
         """At most one change per topic per LIVE_COALESCE_SECONDS on this socket: the first goes
-        out at once, later ones within the window are merged and sent when it ends."""
+        out at once, later ones within the window are merged and sent when it ends. The quota
+        topics share one window (`coalescing_clock`), so a commit's quota figures arrive together."""
         topic = message.get("topic")
         if topic not in self.topics:
             return
@@ -239,29 +250,34 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if isinstance(stamp, int | float):
             # A merged change is as fresh as its newest commit.
             self.pending_stamps[topic] = max(stamp, self.pending_stamps.get(topic, stamp))
-        if topic in self.flushes:
+        clock = coalescing_clock(topic)
+        if clock in self.flushes:
             return
-        wait = self.last_sent.get(topic, float("-inf")) + _setting("LIVE_COALESCE_SECONDS", 1.0) - time.monotonic()
+        wait = self.last_sent.get(clock, float("-inf")) + _setting("LIVE_COALESCE_SECONDS", 1.0) - time.monotonic()
         if wait <= 0:
-            await self._flush(topic)
+            await self._flush(clock)
         else:
-            self.flushes[topic] = asyncio.create_task(self._flush_after(topic, wait))
+            self.flushes[clock] = asyncio.create_task(self._flush_after(clock, wait))
 
-    async def _flush_after(self, topic: str, wait: float) -> None:
+    async def _flush_after(self, clock: str, wait: float) -> None:
         await asyncio.sleep(wait)
-        self.flushes.pop(topic, None)
-        await self._flush(topic)
+        self.flushes.pop(clock, None)
+        await self._flush(clock)
 
-    async def _flush(self, topic: str) -> None:
-        change = self.pending.pop(topic, None)
-        stamp = self.pending_stamps.pop(topic, None)
-        if change is None or topic not in self.topics or self.closed:
+    async def _flush(self, clock: str) -> None:
+        due = sorted(topic for topic in self.pending if coalescing_clock(topic) == clock)
+        if not due or self.closed:
             return
-        self.last_sent[topic] = time.monotonic()
-        envelope: dict[str, Any] = {"type": "change", "topic": topic, "change": change}
-        if stamp is not None:
-            envelope["committed_at"] = stamp
-        await self.send_json(envelope)
+        self.last_sent[clock] = time.monotonic()
+        for topic in due:
+            change = self.pending.pop(topic)
+            stamp = self.pending_stamps.pop(topic, None)
+            if topic not in self.topics:
+                continue
+            envelope: dict[str, Any] = {"type": "change", "topic": topic, "change": change}
+            if stamp is not None:
+                envelope["committed_at"] = stamp
+            await self.send_json(envelope)
 
 
 class Rechecks:

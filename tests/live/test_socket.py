@@ -353,3 +353,50 @@ def test_sign_out_everywhere_closes_every_socket(world: dict[str, Any]) -> None:
         await wanda.disconnect()
 
     run(scenario)
+
+
+def test_the_quota_topics_share_one_window_so_a_moved_gpu_never_counts_twice(
+    world: dict[str, Any], make_user: Callable[..., AbstractUser]
+) -> None:
+    """A reclaim moves GPUs from team-b to team-a in one commit. team-a's topic sent a moment ago,
+    so its change waits for the window; team-b's must wait with it, not go out first (the
+    Overview's stacked chart would count the GPUs in both for up to a second)."""
+    from channels.layers import get_channel_layer
+
+    from quotas.models import Quota
+    from scheduling.live import MESSAGE_TYPE, topic_group
+
+    team_a = Quota.objects.get(name="team-a")
+    team_b = world["team_b"]
+    admin = make_user("overseer", platform_admin=True)
+
+    async def scenario() -> None:
+        socket = await connect(admin)
+        await socket.send_json_to({"subscribe": [f"quota:{team_a.pk}", f"quota:{team_b.pk}"]})
+        await next_of(socket, "subscription")
+        layer = get_channel_layer()
+
+        async def publish(quota: Quota, allocated: float, stamp: float) -> None:
+            envelope = {
+                "type": MESSAGE_TYPE,
+                "topic": f"quota:{quota.pk}",
+                "change": {"allocated": allocated},
+                "committed_at": stamp,
+            }
+            await layer.group_send(topic_group(f"quota:{quota.pk}"), envelope)
+
+        await publish(team_a, 0.0, 1000.0)
+        first = await next_of(socket, "change")
+        assert (first["topic"], first["change"]["allocated"]) == (f"quota:{team_a.pk}", 0.0)
+        # One commit: team-a rises, team-b falls.
+        await publish(team_a, 4.0, 1001.0)
+        await publish(team_b, 0.0, 1001.0)
+        assert await socket.receive_nothing(timeout=0.5)  # team-b's fall is held with team-a's rise
+        together = [await next_of(socket, "change", timeout=2), await next_of(socket, "change", timeout=1)]
+        assert sorted((message["topic"], message["change"]["allocated"]) for message in together) == sorted(
+            [(f"quota:{team_a.pk}", 4.0), (f"quota:{team_b.pk}", 0.0)]
+        )
+        assert {message["committed_at"] for message in together} == {1001.0}
+        await socket.disconnect()
+
+    run(scenario)
