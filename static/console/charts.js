@@ -182,15 +182,67 @@
     }
     var at = Date.now() + state.offset;
     var moment = serverTime(at);
+    // The figures before the change held until this moment: the tail point carries them here.
+    if (state.tail) { moveTail(element, moment); state.tail = false; }
     var xs = [], ys = [], indices = [];
     values.forEach(function (value, index) { xs.push([moment]); ys.push([value]); indices.push(index); });
     window.Plotly.extendTraces(element, { x: xs, y: ys }, indices, state.spec.max_points);
-    // The range ends now; it starts where the data does while that is younger than the range.
-    var first = Date.parse(String(element.data[0].x[0]).replace(" ", "T") + "Z");
-    var start = Math.max(at - state.spec.range_seconds * 1000, isNaN(first) ? -Infinity : first);
-    window.Plotly.relayout(element, { "xaxis.range": [serverTime(start), moment] });
+    showUntil(element, at);
     element.dataset.extended = String((parseInt(element.dataset.extended, 10) || 0) + 1);
   }
+
+  // The range ends at `at`; it starts where the data does while that is younger than the range.
+  function showUntil(element, at) {
+    var state = element._live;
+    var first = Date.parse(String(element.data[0].x[0]).replace(" ", "T") + "Z");
+    var start = Math.max(at - state.spec.range_seconds * 1000, isNaN(first) ? -Infinity : first);
+    window.Plotly.relayout(element, { "xaxis.range": [serverTime(start), serverTime(at)] });
+  }
+
+  // The traces `extend` grows: a band and a guarantee line per quota, or a quota's three lines.
+  function liveTraces(element) {
+    var spec = element._live.spec;
+    var count = spec.kind === "stacked" ? spec.bands.length * 2 : spec.kind === "quota" ? 3 : 0;
+    return element.data.slice(0, count);
+  }
+
+  function moveTail(element, moment) {
+    liveTraces(element).forEach(function (trace) {
+      if (trace.x && trace.x.length) { trace.x[trace.x.length - 1] = moment; }
+    });
+  }
+
+  // Figures hold until the next change, so every TAIL_MS the last figures are carried to now
+  // (one "tail" point per trace, moved rather than added): without it the latest step would sit,
+  // zero wide, at the right edge until the next change, and the chart would look as it did before.
+  var TAIL_MS = 2000;
+
+  function carryToNow(element) {
+    var state = element._live;
+    if (!state || (state.spec.kind !== "stacked" && state.spec.kind !== "quota")) { return; }
+    if (element.dataset.ready !== "true" || !window.Plotly || !element.data || !element.data.length) { return; }
+    var at = Date.now() + state.offset;
+    var moment = serverTime(at);
+    if (state.tail) {
+      moveTail(element, moment);
+      window.Plotly.redraw(element);
+    } else {
+      var xs = [], ys = [], indices = [];
+      liveTraces(element).forEach(function (trace, index) {
+        xs.push([moment]);
+        ys.push([trace.y[trace.y.length - 1]]);
+        indices.push(index);
+      });
+      window.Plotly.extendTraces(element, { x: xs, y: ys }, indices, state.spec.max_points);
+      state.tail = true;
+    }
+    showUntil(element, at);
+  }
+
+  window.setInterval(function () {
+    if (document.hidden) { return; }
+    document.querySelectorAll("[data-chart]").forEach(carryToNow);
+  }, TAIL_MS);
 
   function flush() {
     flushTimer = null;
