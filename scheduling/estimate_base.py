@@ -18,6 +18,7 @@ from scheduling.snapshot import (
     GPUS_AT,
     GRACE_SECONDS_AT,
     QUOTA_ID_AT,
+    SEEN_JOB_COLUMNS,
     STATE_AT,
     JobSeen,
     Moment,
@@ -25,6 +26,7 @@ from scheduling.snapshot import (
     build_snapshot,
     engine_job,
     job_key,
+    job_seen,
     raw_rows,
     read_nodes_and_quotas,
 )
@@ -155,31 +157,15 @@ def _refreshed_estimate_base(base: _EstimateBase, *, leaving_out: int) -> _Estim
             held[job_id].append(
                 (node_names[node_id], devices if isinstance(devices, str) else tuple(devices), fraction)
             )
-        width = len(ENGINE_JOB_COLUMNS)
         for row in raw_rows(
             Job.objects.filter(pk__in=changed)
             .annotate(submitted=Moment("submitted_at"), started=Moment("started_at"), evicted=Moment("evicted_at"))
-            .values_list(
-                *ENGINE_JOB_COLUMNS, "name", "requeue", "revision", "reason_code", "reason_message", "position"
-            )
+            .values_list(*ENGINE_JOB_COLUMNS, *SEEN_JOB_COLUMNS)
         ):
             pk = row[0]
-            name, requeue, revision, reason_code, reason_message, position = row[width:]
             key = job_key(pk)
             by_pk[pk] = engine_job(key, row, quota_names[row[QUOTA_ID_AT]], tuple(held.get(pk, ())))
-            seen_jobs[key] = JobSeen(
-                pk=pk,
-                name=name,
-                state=row[STATE_AT],
-                revision=revision,
-                quota_id=row[QUOTA_ID_AT],
-                gpus=row[GPUS_AT],
-                grace_seconds=row[GRACE_SECONDS_AT],
-                requeue=bool(requeue),
-                reason_code=reason_code,
-                reason_message=reason_message,
-                position=position,
-            )
+            seen_jobs[key] = job_seen(row)
     live = {pk for pk, _revision in order}
     jobs = tuple(by_pk[pk] for pk, _revision in order if pk in by_pk)
     index = SnapshotIndex(

@@ -40,6 +40,28 @@ class JobSeen(NamedTuple):
     position: int | None
 
 
+# What a snapshot keeps of each job beside its engine columns, to check a decision against at commit.
+SEEN_JOB_COLUMNS = ("name", "requeue", "revision", "reason_code", "reason_message", "position")
+
+
+def job_seen(row: tuple[Any, ...]) -> JobSeen:
+    """A job as read from a row of `ENGINE_JOB_COLUMNS` followed by `SEEN_JOB_COLUMNS`."""
+    name, requeue, revision, reason_code, reason_message, position = row[len(ENGINE_JOB_COLUMNS) :]
+    return JobSeen(
+        pk=row[0],
+        name=name,
+        state=row[STATE_AT],
+        revision=revision,
+        quota_id=row[QUOTA_ID_AT],
+        gpus=row[GPUS_AT],
+        grace_seconds=row[GRACE_SECONDS_AT],
+        requeue=bool(requeue),
+        reason_code=reason_code,
+        reason_message=reason_message,
+        position=position,
+    )
+
+
 @dataclass(slots=True)
 class SnapshotIndex:
     jobs: dict[str, JobSeen] = field(default_factory=dict)
@@ -307,7 +329,7 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
         Job.objects.filter(state__in=ACTIVE_STATES)
         .order_by("submitted_at", "id")
         .annotate(submitted=Moment("submitted_at"), started=Moment("started_at"), evicted=Moment("evicted_at"))
-        .values_list(*ENGINE_JOB_COLUMNS, "name", "requeue", "revision", "reason_code", "reason_message", "position")
+        .values_list(*ENGINE_JOB_COLUMNS, *SEEN_JOB_COLUMNS)
     )
     # Per holding job, its replicas as read: (node name, devices as stored, fraction).
     held: dict[int, list[tuple[str, Any, float]]] = defaultdict(list)
@@ -329,20 +351,7 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
     for row in job_rows:
         pk = row[0]
         key = str(pk)  # job_key, inlined: this loop runs once per active job
-        name, requeue, revision, reason_code, reason_message, position = row[width:]
-        seen_jobs[key] = JobSeen(
-            pk=pk,
-            name=name,
-            state=row[STATE_AT],
-            revision=revision,
-            quota_id=row[QUOTA_ID_AT],
-            gpus=row[GPUS_AT],
-            grace_seconds=row[GRACE_SECONDS_AT],
-            requeue=bool(requeue),
-            reason_code=reason_code,
-            reason_message=reason_message,
-            position=position,
-        )
+        seen_jobs[key] = job_seen(row)
         quota = quota_names[row[QUOTA_ID_AT]]
         replicas = tuple(held[pk]) if pk in held else ()
         identity = (*row[:width], quota, replicas)
