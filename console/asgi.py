@@ -1,4 +1,5 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels' router."""
+"""ASGI entry point: HTTP through Django (agents' heartbeats first through their own route,
+console.agent_route), websockets through Channels' router."""
 
 import os
 
@@ -11,11 +12,12 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set u
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from console.agent_route import AgentBeatRoute  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": AgentBeatRoute(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

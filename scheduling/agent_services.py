@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -91,27 +91,39 @@ class Desired:
     heartbeat_seconds: float = 2.0
 
 
-# The agent's token, its node's current row and the node's placements with what a start needs,
-# in one statement without the ORM's compile step (a beat runs it each time: compiling the joins
-# cost as much as running them). The token is checked here because the agent may come from this
-# process's memory (quotas.node_agents.agent_for_token): a token rotated by another process
-# matches no row, and the beat is refused. The node's row is re-read for the same reason: an
-# admin may have cordoned it or changed its executor meanwhile.
-_BEAT_SQL = """
-SELECT a.lost_at, n.state, n.executor, n.last_heartbeat,
+# The agent's token, its node's current row, the node's placements with what a start needs, and
+# the agent's process rows: one statement, without the ORM's compile step (a beat runs it each
+# time: compiling the joins cost as much as running them). The token is checked here because the
+# agent may come from this process's memory (quotas.node_agents.agent_for_token): a token rotated
+# by another process matches no row, and the beat is refused. The node's row is re-read for the
+# same reason: an admin may have cordoned it or changed its executor meanwhile. The first part's
+# rows are the node and its placements (one row with no placement when it has none), the second
+# part's the processes.
+_PROCESS_FIELDS = ("id", "node_id", "replica", "job_id", "state", "pid", "exit_code", "started_at", "exited_at")
+_PLACEMENT_COLUMNS = (
+    "id", "job_id", "devices", "fraction", "state", "revision", "name", "command", "duration",
+    "grace_seconds", "requeue", "quota", "replicas",
+)  # fmt: skip
+_NO_PROCESS = ", ".join(["NULL"] * len(_PROCESS_FIELDS))
+_NO_PLACEMENT = ", ".join(["NULL"] * (4 + len(_PLACEMENT_COLUMNS)))
+_BEAT_SQL = f"""
+SELECT 0, a.lost_at, n.state, n.executor, n.last_heartbeat,
        p.id, p.job_id, p.devices, p.fraction, j.state, j.revision, j.name, j.command, j.duration,
-       j.grace_seconds, j.requeue, q.name, j.running_replicas
+       j.grace_seconds, j.requeue, q.name, j.running_replicas, {_NO_PROCESS}
 FROM quotas_nodeagent a
 JOIN quotas_node n ON n.id = a.node_id
 LEFT JOIN scheduling_replicaplacementrecord p ON p.node_id = a.node_id
 LEFT JOIN scheduling_job j ON j.id = p.job_id
 LEFT JOIN quotas_quota q ON q.id = j.quota_id
 WHERE a.id = %s AND a.token_hash = %s
+UNION ALL
+SELECT 1, {_NO_PLACEMENT}, {", ".join(f"r.{name}" for name in _PROCESS_FIELDS)}
+FROM quotas_nodeagent a
+JOIN scheduling_agentprocess r ON r.node_id = a.node_id
+WHERE a.id = %s AND a.token_hash = %s
 """
-_PLACEMENT_COLUMNS = (
-    "id", "job_id", "devices", "fraction", "state", "revision", "name", "command", "duration",
-    "grace_seconds", "requeue", "quota", "replicas",
-)  # fmt: skip
+_PLACEMENT_AT: Final = slice(5, 5 + len(_PLACEMENT_COLUMNS))
+_PROCESS_AT: Final = slice(5 + len(_PLACEMENT_COLUMNS), None)
 
 
 def _moment(value: Any) -> datetime | None:
@@ -123,51 +135,44 @@ def _moment(value: Any) -> datetime | None:
     return moment if timezone.is_aware(moment) else timezone.make_aware(moment, UTC)
 
 
-def _read_beat(agent: NodeAgent, node: Node) -> dict[int, dict[str, Any]]:
+def _read_beat(
+    agent: NodeAgent, node: Node, reported: Collection[int]
+) -> tuple[dict[int, dict[str, Any]], dict[int, AgentProcess]]:
     """Check the token, refresh the node and the agent, and read every replica placed on the node
-    with what its start needs; one query. Raises NodeTokenRevoked."""
+    with what its start needs, and the agent's rows of those and of the `reported` replicas, by
+    replica; one query. Raises NodeTokenRevoked."""
     with connection.cursor() as cursor:
-        cursor.execute(_BEAT_SQL, [agent.pk, agent.token_hash])
+        cursor.execute(_BEAT_SQL, [agent.pk, agent.token_hash] * 2)
         rows = cursor.fetchall()
-    if not rows:
+    own = [row for row in rows if row[0] == 0]
+    if not own:
         forget_token(agent.token_hash)
         raise NodeTokenRevoked(agent.token_hash)
-    lost_at, node.state, node.executor, last_heartbeat = rows[0][:4]
+    lost_at, node.state, node.executor, last_heartbeat = own[0][1:5]
     agent.lost_at, node.last_heartbeat = _moment(lost_at), _moment(last_heartbeat)
-    placements = [dict(zip(_PLACEMENT_COLUMNS, row[4:], strict=True)) for row in rows if row[4] is not None]
-    for row in placements:
-        if isinstance(row["devices"], str):  # SQLite hands JSON back as text
-            row["devices"] = json.loads(row["devices"])
-        row["requeue"] = bool(row["requeue"])
-    return {row["id"]: row for row in placements}
-
-
-_PROCESS_FIELDS = ("id", "node_id", "replica", "job_id", "state", "pid", "exit_code", "started_at", "exited_at")
-
-
-def _processes_of(node_id: int, replicas: Sequence[int]) -> dict[int, AgentProcess]:
-    """The agent's process rows of these replicas, by replica; one statement, written out for the
-    reason _BEAT_SQL is (the ORM's compile step cost more than the query on every beat)."""
-    if not replicas:
-        return {}
-    table = AgentProcess._meta.db_table
-    marks = ", ".join(["%s"] * len(replicas))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {', '.join(_PROCESS_FIELDS)} FROM {table} WHERE node_id = %s AND replica IN ({marks})",
-            [node_id, *replicas],
-        )
-        found = cursor.fetchall()
+    placements = {}
+    for row in own:
+        if row[5] is None:
+            continue  # the node's row alone: nothing is placed on it
+        placement = dict(zip(_PLACEMENT_COLUMNS, row[_PLACEMENT_AT], strict=True))
+        if isinstance(placement["devices"], str):  # SQLite hands JSON back as text
+            placement["devices"] = json.loads(placement["devices"])
+        placement["requeue"] = bool(placement["requeue"])
+        placements[placement["id"]] = placement
     processes = {}
-    for values in found:
-        process = AgentProcess.from_db(None, list(_PROCESS_FIELDS), values)
+    for row in rows:
+        if row[0] != 1:
+            continue
+        process = AgentProcess.from_db(None, list(_PROCESS_FIELDS), row[_PROCESS_AT])
+        if process.replica not in placements and process.replica not in reported:
+            continue  # an exited replica's row, forgotten at the next exit (heartbeat)
         # Raw rows skip the ORM's converters: SQLite gives timestamps as text or naive values.
         started = _moment(process.started_at)
         assert started is not None  # a non-null column
         process.started_at = started
         process.exited_at = _moment(process.exited_at)
         processes[process.replica] = process
-    return processes
+    return placements, processes
 
 
 def _add_ranks(placements: dict[int, dict[str, Any]], replicas: set[int]) -> None:
@@ -245,72 +250,31 @@ def report_gpu_samples(*, agent: NodeAgent, samples: Sequence[Mapping[str, Any]]
 
 
 def heartbeat(*, agent: NodeAgent, processes: Sequence[ProcessReport], now: datetime | None = None) -> Desired:
-    """Apply one beat of `agent`'s node and answer its desired state (see the module's docstring)."""
+    """Apply one beat of `agent`'s node and answer its desired state (see the module's docstring).
+
+    A steady beat (the same processes running, nothing ended, nothing stopping) writes nothing
+    but, now and then, the node's last beat (mark_seen): one statement, or two, and no
+    transaction. Any other opens one for its writes. The read needs none: PostgreSQL's READ
+    COMMITTED gave each statement of the transaction its own snapshot anyway, and every write
+    below tolerates a row that moved since it was read (ignore_conflicts, seen revisions)."""
     now = now or timezone.now()
     node: Node = agent.node
-    outcomes: list[tuple[int, int, int]] = []  # (job id, replica, exit code) of processes that ended a replica
+    reported = {report.replica: report for report in processes}
+    placements, rows = _read_beat(agent, node, reported)
+    # Ranks only for replicas seen for the first time or about to be started.
+    _add_ranks(placements, {replica for replica in placements if replica not in rows})
+    change = _changes_of(placements, rows, reported, node=node, now=now)
+    releasing = any(row["state"] == JobState.RELEASING for row in placements.values())
+    if not (change or releasing or agent.lost_at is not None):
+        mark_seen(agent=agent, node=node, now=now)
+        return _answer(node, placements, rows, reported, ended=set())
     with transaction.atomic():
-        placements = _read_beat(agent, node)
-        reported = {report.replica: report for report in processes}
-        rows = _processes_of(node.pk, [*placements, *reported])
-        # Ranks only for replicas seen for the first time or about to be started.
-        _add_ranks(
-            placements,
-            {replica for replica in placements if replica not in rows},
-        )
-        new_rows: list[AgentProcess] = []
-        exited_rows: list[AgentProcess] = []
-        new_events: list[JobEvent] = []
-        lines_by_job: dict[int, list[str]] = defaultdict(list)
-        truncated_jobs: set[int] = set()
-        for replica, report in reported.items():
-            placement = placements.get(replica)
-            row = rows.get(replica)
-            if row is None and placement is None:
-                continue  # Not a replica of this node (gone, or another node's): only told to stop.
-            exited = report.state == AgentProcessState.EXITED
-            if row is None:
-                assert placement is not None
-                row = AgentProcess(
-                    node=node,
-                    replica=replica,
-                    job_id=placement["job_id"],
-                    state=report.state,
-                    pid=report.pid,
-                    exit_code=report.exit_code if exited else None,
-                    started_at=now,
-                    exited_at=now if exited else None,
-                )
-                new_rows.append(row)
-                rows[replica] = row
-                new_events.append(
-                    JobEvent(
-                        job_id=row.job_id,
-                        kind=JobEventKind.STARTED,
-                        at=now,
-                        message=f"replica {placement['rank']} started on {node.name}"
-                        + (f" (pid {report.pid})" if report.pid else ""),
-                    )
-                )
-                if exited:
-                    outcomes.append((row.job_id, replica, int(report.exit_code or 0)))
-            elif row.state == AgentProcessState.RUNNING and exited:
-                row.state = AgentProcessState.EXITED
-                row.exit_code = report.exit_code
-                row.exited_at = now
-                exited_rows.append(row)
-                if placement is not None:
-                    outcomes.append((row.job_id, replica, int(report.exit_code or 0)))
-            if report.log:
-                lines_by_job[row.job_id].extend(report.log)
-            if report.log_truncated:
-                truncated_jobs.add(row.job_id)
-        AgentProcess.objects.bulk_create(new_rows, ignore_conflicts=True)
-        AgentProcess.objects.bulk_update(exited_rows, ["state", "exit_code", "exited_at"])
-        JobEvent.objects.bulk_create(new_events)
-        _append_logs(lines_by_job, truncated_jobs, now)
-        ended = _settle_jobs(placements, rows, reported, outcomes, node=node, now=now)
-        if exited_rows or any(row.state == AgentProcessState.EXITED for row in new_rows):
+        AgentProcess.objects.bulk_create(change.new_rows, ignore_conflicts=True)
+        AgentProcess.objects.bulk_update(change.exited_rows, ["state", "exit_code", "exited_at"])
+        JobEvent.objects.bulk_create(change.new_events)
+        _append_logs(change.lines_by_job, change.truncated_jobs, now)
+        ended = _settle_jobs(placements, rows, reported, change.outcomes, node=node, now=now)
+        if change.exited_rows or any(row.state == AgentProcessState.EXITED for row in change.new_rows):
             # An exited process's row is kept while its replica is still placed here (so that it
             # is never started again) and forgotten after: rows would only grow. A row is left
             # behind only in a beat that records an exit, so only such a beat pays for this.
@@ -324,6 +288,77 @@ def heartbeat(*, agent: NodeAgent, processes: Sequence[ProcessReport], now: date
             node.state = NodeState.READY
             triggers.request_cycle_on_commit("node-back")
     return _answer(node, placements, rows, reported, ended)
+
+
+@dataclass(slots=True)
+class _BeatChange:
+    """What a beat's report changes: rows to add or mark exited, events, log lines, and the
+    (job id, replica, exit code) of each process that ended a replica."""
+
+    new_rows: list[AgentProcess] = field(default_factory=list)
+    exited_rows: list[AgentProcess] = field(default_factory=list)
+    new_events: list[JobEvent] = field(default_factory=list)
+    lines_by_job: dict[int, list[str]] = field(default_factory=lambda: defaultdict(list))
+    truncated_jobs: set[int] = field(default_factory=set)
+    outcomes: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.new_rows or self.exited_rows or self.lines_by_job or self.truncated_jobs or self.outcomes)
+
+
+def _changes_of(
+    placements: dict[int, dict[str, Any]],
+    rows: dict[int, AgentProcess],
+    reported: dict[int, ProcessReport],
+    *,
+    node: Node,
+    now: datetime,
+) -> _BeatChange:
+    """Compare the report with the rows; `rows` gains the new ones (the answer reads it)."""
+    change = _BeatChange()
+    for replica, report in reported.items():
+        placement = placements.get(replica)
+        row = rows.get(replica)
+        if row is None and placement is None:
+            continue  # Not a replica of this node (gone, or another node's): only told to stop.
+        exited = report.state == AgentProcessState.EXITED
+        if row is None:
+            assert placement is not None
+            row = AgentProcess(
+                node=node,
+                replica=replica,
+                job_id=placement["job_id"],
+                state=report.state,
+                pid=report.pid,
+                exit_code=report.exit_code if exited else None,
+                started_at=now,
+                exited_at=now if exited else None,
+            )
+            change.new_rows.append(row)
+            rows[replica] = row
+            change.new_events.append(
+                JobEvent(
+                    job_id=row.job_id,
+                    kind=JobEventKind.STARTED,
+                    at=now,
+                    message=f"replica {placement['rank']} started on {node.name}"
+                    + (f" (pid {report.pid})" if report.pid else ""),
+                )
+            )
+            if exited:
+                change.outcomes.append((row.job_id, replica, int(report.exit_code or 0)))
+        elif row.state == AgentProcessState.RUNNING and exited:
+            row.state = AgentProcessState.EXITED
+            row.exit_code = report.exit_code
+            row.exited_at = now
+            change.exited_rows.append(row)
+            if placement is not None:
+                change.outcomes.append((row.job_id, replica, int(report.exit_code or 0)))
+        if report.log:
+            change.lines_by_job[row.job_id].extend(report.log)
+        if report.log_truncated:
+            change.truncated_jobs.add(row.job_id)
+    return change
 
 
 def _settle_jobs(

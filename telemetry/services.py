@@ -15,7 +15,6 @@ import atexit
 import logging
 import math
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from typing import Any, Final
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, close_old_connections, transaction
 from django.db.models import Avg, Max
 from django.db.models.functions import TruncHour, TruncMinute
 
@@ -222,11 +221,14 @@ def _agent_readings(
 
 # Node agents' beats arrive one by one, hundreds a second at scale; writing each beat's eight
 # readings on its own cost three statements and a live message per beat. So this process keeps
-# them for up to AGENT_SAMPLES_FLUSH_SECONDS (or AGENT_SAMPLES_BUFFER_MAX readings) and then
-# writes all of them together: three statements and one live message for every beat of that
-# second. The price: readings reach the database and the pages up to a second late, and a web
-# process that is killed loses the readings it held (at most that second's; a process that stops
-# normally writes them as it exits). settings.AGENT_SAMPLES_FLUSH_SECONDS = 0 writes every beat's.
+# them for up to AGENT_SAMPLES_FLUSH_SECONDS and a thread of its own writes all of them together:
+# three statements and one live message for every beat of that second. The write is that
+# thread's, never a beat's: a beat that wrote its second's readings waited tens of milliseconds
+# for them, and the beats queued behind it as long (a heartbeat p99 of its own). The price:
+# readings reach the database and the pages up to a second late, and a web process that is
+# killed loses the readings it held (at most that second's; a process that stops normally writes
+# them as it exits). AGENT_SAMPLES_BUFFER_MAX readings wake the thread early.
+# settings.AGENT_SAMPLES_FLUSH_SECONDS = 0 writes every beat's in the beat (the tests).
 AGENT_SAMPLES_BUFFER_MAX: Final = 20_000
 
 
@@ -238,31 +240,46 @@ class _AgentReport:
 
 
 class _AgentSampleBuffer:
-    """The readings this process holds; several threads add (sync views run on a pool)."""
+    """The readings this process holds; beats on several threads add, one thread writes."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._reports: list[_AgentReport] = []
         self._readings = 0
-        self._oldest = 0.0
+        self._due = threading.Event()
+        self._writer: threading.Thread | None = None
 
-    def add(self, report: _AgentReport, *, flush_after: float) -> list[_AgentReport]:
-        """Keep `report`; answer the reports due for writing (all of them) or nothing."""
+    def add(self, report: _AgentReport) -> None:
         with self._lock:
-            if not self._reports:
-                self._oldest = time.monotonic()
             self._reports.append(report)
             self._readings += len(report.samples)
-            due = time.monotonic() - self._oldest >= flush_after or self._readings >= AGENT_SAMPLES_BUFFER_MAX
-            return self._take() if due else []
+            if self._readings >= AGENT_SAMPLES_BUFFER_MAX:
+                self._due.set()
+            if self._writer is None or not self._writer.is_alive():
+                # Started at the first beat, in the process that serves it (after any fork).
+                self._writer = threading.Thread(target=self._write_forever, name="gpu-samples", daemon=True)
+                self._writer.start()
 
     def take(self) -> list[_AgentReport]:
         with self._lock:
-            return self._take()
+            reports, self._reports, self._readings = self._reports, [], 0
+            self._due.clear()
+            return reports
 
-    def _take(self) -> list[_AgentReport]:
-        reports, self._reports, self._readings = self._reports, [], 0
-        return reports
+    def _write_forever(self) -> None:
+        live.keep_event_loop()
+        while True:
+            self._due.wait(timeout=max(float(settings.AGENT_SAMPLES_FLUSH_SECONDS), 0.05))
+            reports = self.take()
+            if not reports:
+                continue
+            try:
+                _store_agent_reports(reports)
+            except Exception:  # the database away for a moment: that second's readings are lost, not the thread
+                logger.warning("%d agent GPU reports not stored", len(reports), exc_info=True)
+            finally:
+                # As at the end of a request: the pool gets its connection back, a broken one goes.
+                close_old_connections()
 
 
 _agent_buffer = _AgentSampleBuffer()
@@ -270,11 +287,14 @@ _agent_buffer = _AgentSampleBuffer()
 
 def record_agent_samples(*, node: Node, samples: Sequence[Mapping[str, Any]], at: datetime | None = None) -> int:
     """A node agent's beat (scheduling.agent_services.gpu_samples_reported, after its commit),
-    whose bounds the API validated: kept with the others of this second, then written with them
-    (see AGENT_SAMPLES_BUFFER_MAX). Returns how many readings this call wrote (0 while kept)."""
+    whose bounds the API validated: kept with the others of this second and written with them
+    by this process's writer thread (see AGENT_SAMPLES_BUFFER_MAX). Returns how many readings
+    this call wrote: 0 while kept, all of them where AGENT_SAMPLES_FLUSH_SECONDS is 0."""
     report = _AgentReport(node=node, samples=[dict(sample) for sample in samples], at=at or get_clock().now())
-    due = _agent_buffer.add(report, flush_after=float(settings.AGENT_SAMPLES_FLUSH_SECONDS))
-    return _store_agent_reports(due)
+    if float(settings.AGENT_SAMPLES_FLUSH_SECONDS) <= 0:
+        return _store_agent_reports([*_agent_buffer.take(), report])
+    _agent_buffer.add(report)
+    return 0
 
 
 def flush_agent_samples() -> int:
