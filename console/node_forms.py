@@ -10,7 +10,7 @@ from django import forms
 
 from console.quota_forms import _amount_field, _AmountsForm
 from quotas import bounds
-from quotas.models import Node, NodeAgent
+from quotas.models import Node, NodeAgent, NodeExecutor
 
 
 def labels_text(labels: dict[str, Any]) -> str:
@@ -39,6 +39,14 @@ class NodeForm(_AmountsForm):
     cpu = _amount_field("CPU cores", maximum=bounds.NODE_CPU_MAX, required=False, help_text="Empty or 0: not tracked.")
     memory_gib = _amount_field(
         "Memory (GiB)", maximum=bounds.NODE_MEMORY_GIB_MAX, required=False, help_text="Empty or 0: not tracked."
+    )
+    executor = forms.ChoiceField(
+        label="Runs jobs with",
+        choices=NodeExecutor.choices,
+        initial=NodeExecutor.SIMULATED,
+        help_text="Node agent: real processes, started by the agent on the host (it needs a token). "
+        "Simulated: the console plays the jobs out itself.",
+        error_messages={"invalid_choice": "Runs jobs with must be Simulated or Node agent."},
     )
     labels = forms.CharField(
         label="Labels",

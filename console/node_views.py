@@ -334,7 +334,9 @@ def node_uncordon(request: HttpRequest, node: Node) -> HttpResponse:
 
 
 def _node_fields(cleaned: Mapping[str, Any]) -> dict[str, Any]:
-    return {field: cleaned[field] for field in ("name", "gpus", "gpu_model", "cpu", "memory_gib", "labels")}
+    return {
+        field: cleaned[field] for field in ("name", "gpus", "gpu_model", "cpu", "memory_gib", "executor", "labels")
+    }
 
 
 @_admins_only
@@ -364,6 +366,7 @@ def node_edit(request: HttpRequest, node: Node) -> HttpResponse:
         "gpu_model": node.gpu_model,
         "cpu": node.cpu,
         "memory_gib": node.memory_gib,
+        "executor": node.executor,
         "labels": node_forms.labels_text(node.labels),
     }
     action = PreviewAction(
@@ -429,8 +432,8 @@ def node_token(request: HttpRequest, node: Node) -> HttpResponse:
         intro = f"A token for {node.name}'s agent, which it sends with every report."
     if node.executor != "agent":
         intro += (
-            f" {node.name} runs on the simulated executor: the agent takes over once its executor is agent "
-            f"(PATCH /api/v1/nodes/{node.pk}/)."
+            f" {node.name} runs on the simulated executor: the agent takes over once Edit node sets "
+            "Runs jobs with to Node agent."
         )
     intro += " The token is shown once, after Confirm; the console keeps only its hash."
     action = PreviewAction(

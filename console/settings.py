@@ -241,7 +241,7 @@ def channel_layer_host(url: str) -> dict[str, object]:
 
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "console.channel_layer.ConsoleChannelLayer",
         "CONFIG": {
             "hosts": [channel_layer_host(REDIS_URL)],
             "prefix": env.str("CHANNELS_PREFIX", default="asgi"),

@@ -29,7 +29,7 @@ CELERY_BROKER_URL = REDIS_URL
 CELERY_TASK_DEFAULT_QUEUE = f"console-test-{_worker}"
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "console.channel_layer.ConsoleChannelLayer",
         "CONFIG": {
             "hosts": [channel_layer_host(REDIS_URL)],
             "prefix": f"test-{_worker}",

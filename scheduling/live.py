@@ -104,17 +104,20 @@ async def send_topic_changes(layer: Any, changes: Sequence[TopicChange], *, comm
     """Send each change to its topic's group, all in the caller's one event loop, each stamped
     with the commit it comes from (`committed_at`, taken now when the caller has none)."""
     stamp = commit_stamp() if committed_at is None else committed_at
+    sends = [
+        (topic_group(topic), {"type": MESSAGE_TYPE, "topic": topic, "change": change, "committed_at": stamp})
+        for topic, change in changes
+    ]
+    send_many = getattr(layer, "group_send_many", None)
+    if send_many is not None:  # the console's layer: only groups with members cost a send
+        await send_many(sends)
+        return
     # A few sends in flight at once: each group_send is two or three Redis round trips, and a
     # cycle's commit has hundreds of topics. Every topic has one change per commit, and commits
     # are sent one after the other, so a topic's changes keep their order.
-    for first in range(0, len(changes), SENDS_IN_FLIGHT):
+    for first in range(0, len(sends), SENDS_IN_FLIGHT):
         await asyncio.gather(
-            *(
-                layer.group_send(
-                    topic_group(topic), {"type": MESSAGE_TYPE, "topic": topic, "change": change, "committed_at": stamp}
-                )
-                for topic, change in changes[first : first + SENDS_IN_FLIGHT]
-            )
+            *(layer.group_send(group, message) for group, message in sends[first : first + SENDS_IN_FLIGHT])
         )
 
 

@@ -11,7 +11,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from quotas import services as quota_services
-from quotas.models import AuditRecord, Node, NodeState, Quota
+from quotas.models import AuditRecord, Node, NodeExecutor, NodeState, Quota
 from scheduling import services as job_services
 from scheduling.models import Job
 from tests.console.conftest import ROLES, quota_id
@@ -128,6 +128,22 @@ def test_add_and_edit_a_node(pai_world: dict[str, AbstractUser]) -> None:
     assert "Line 1 must read name=value" in bad_labels.content.decode()
     too_many = client.post(f"/nodes/{node.pk}/edit/", {**fields, "gpus": "65", "step": "preview"})
     assert "GPUs must be at most 64" in too_many.content.decode()
+    unknown = client.post(f"/nodes/{node.pk}/edit/", {**fields, "executor": "kubelet", "step": "preview"})
+    assert "Runs jobs with must be Simulated or Node agent." in unknown.content.decode()
+
+
+def test_edit_node_hands_a_node_to_its_agent_and_back(pai_world: dict[str, AbstractUser]) -> None:
+    client = client_as(pai_world, "platform-admin")
+    node = Node.objects.get(name="gpu-4")
+    form = client.get(f"/nodes/{node.pk}/edit/").content.decode()
+    assert 'value="simulated" selected' in form  # the node's own executor, as Edit node opens
+    fields = {"name": node.name, "gpus": str(node.gpus), "executor": "agent", "labels": ""}
+    preview = client.post(f"/nodes/{node.pk}/edit/", {**fields, "step": "preview"}).content.decode()
+    fingerprint = preview.split('name="previewed" value="')[1].split('"')[0]
+    client.post(f"/nodes/{node.pk}/edit/", {**fields, "step": "confirm", "previewed": fingerprint})
+    assert Node.objects.get(pk=node.pk).executor == NodeExecutor.AGENT
+    record = AuditRecord.objects.filter(action="node.update", object_id=node.pk).latest("pk")
+    assert (record.before["executor"], record.after["executor"]) == ("simulated", "agent")
 
 
 def test_a_down_node_is_refused_in_words(pai_world: dict[str, AbstractUser]) -> None:
