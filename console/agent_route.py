@@ -42,7 +42,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 BEAT_PATH: Final = "/api/v1/agent/heartbeat/"
 # Beats of one process run on this many threads: enough that one beat waiting on a row lock does
 # not hold up the rest, few enough to leave the connection pool (DATABASE_POOL_SIZE) to the pages.
-BEAT_THREADS: Final = 2
+BEAT_THREADS: Final = 8
 # What an agent may send as Accept and still get the view's plain compact JSON: anything else
 # (an indent, another type) is the view's content negotiation to answer.
 _PLAIN_ACCEPT: Final = frozenset({b"", b"*/*", b"application/json"})

@@ -25,6 +25,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -47,6 +48,10 @@ DONE_REMEMBERED = 10_000
 # The exit code reported for a process that vanished without one (killed with its wrapper).
 EXIT_UNKNOWN = 255
 POLL_SECONDS = 0.1
+# Each beat comes a heartbeat later, give or take this share of it. Agents whose beats were
+# answered together (after the console was slow or away) would otherwise beat in step for good:
+# a thousand of them at once every few seconds, and next to nothing in between.
+BEAT_JITTER = 0.1
 
 # The wrapper: waits for the command through SIGTERM (deferred trap), then records its exit code.
 WRAPPER = (
@@ -437,7 +442,7 @@ class Agent:
                     self.beat()
                 except (httpx.HTTPError, ValueError) as error:
                     logger.warning("console unreachable or refused: %s", error)
-                next_beat = time.monotonic() + self.heartbeat_seconds
+                next_beat = time.monotonic() + self.heartbeat_seconds * random.uniform(1 - BEAT_JITTER, 1 + BEAT_JITTER)
             time.sleep(POLL_SECONDS)
 
     def _stop_running(self, signum: int, frame: object) -> None:

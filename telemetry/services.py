@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import DatabaseError, close_old_connections, transaction
+from django.db import DatabaseError, close_old_connections, reset_queries, transaction
 from django.db.models import Avg, Max
 from django.db.models.functions import TruncHour, TruncMinute
 
@@ -278,8 +278,11 @@ class _AgentSampleBuffer:
             except Exception:  # the database away for a moment: that second's readings are lost, not the thread
                 logger.warning("%d agent GPU reports not stored", len(reports), exc_info=True)
             finally:
-                # As at the end of a request: the pool gets its connection back, a broken one goes.
+                # As at the end of a request: the pool gets its connection back, a broken one goes,
+                # and (DEBUG) the statements logged on this thread's connection are let go, which
+                # nothing else would do for a thread that serves no request.
                 close_old_connections()
+                reset_queries()
 
 
 _agent_buffer = _AgentSampleBuffer()
