@@ -1,6 +1,7 @@
 """ASGI entry point: HTTP through Django (agents' heartbeats first through their own route,
 console.agent_route), websockets through Channels' router."""
 
+import gc
 import os
 
 from django.core.asgi import get_asgi_application
@@ -21,3 +22,8 @@ application = ProtocolTypeRouter(
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+
+# What loading made (Django, the apps, the URLconf: some 120,000 objects) is never garbage. Frozen,
+# a full collection no longer scans it: it took about 70 ms, a stall of every thread of the
+# process, beats and pages alike.
+gc.freeze()

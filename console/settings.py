@@ -271,6 +271,8 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TIMEZONE = TIME_ZONE
 # The safety-net cycle interval; event triggers do the real work.
 SCHEDULER_BEAT_SECONDS: float = env.float("SCHEDULER_BEAT_SECONDS", default=5.0)
+# The Celery worker's niceness (console/celery.py): 0 runs it level with the web processes.
+WORKER_NICENESS: int = env.int("WORKER_NICENESS", default=5)
 # Allocation history (scheduling.history): a sample per quota whose figures a cycle changed,
 # kept this long and at most this many rows, pruned by the cycle at most once a minute.
 SCHEDULER_ALLOCATION_HISTORY_HOURS: float = env.float("SCHEDULER_ALLOCATION_HISTORY_HOURS", default=168.0)

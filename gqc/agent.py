@@ -442,11 +442,16 @@ class Agent:
                     self.beat()
                 except (httpx.HTTPError, ValueError) as error:
                     logger.warning("console unreachable or refused: %s", error)
-                next_beat = time.monotonic() + self.heartbeat_seconds * random.uniform(1 - BEAT_JITTER, 1 + BEAT_JITTER)
+                next_beat = time.monotonic() + beat_delay(self.heartbeat_seconds)
             time.sleep(POLL_SECONDS)
 
     def _stop_running(self, signum: int, frame: object) -> None:
         self.stopping = True
+
+
+def beat_delay(heartbeat_seconds: float) -> float:
+    """Seconds until the next beat: the heartbeat, give or take BEAT_JITTER of it."""
+    return heartbeat_seconds * random.uniform(1 - BEAT_JITTER, 1 + BEAT_JITTER)
 
 
 def build_parser() -> argparse.ArgumentParser:

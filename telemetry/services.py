@@ -269,7 +269,9 @@ class _AgentSampleBuffer:
     def _write_forever(self) -> None:
         live.keep_event_loop()
         while True:
-            self._due.wait(timeout=max(float(settings.AGENT_SAMPLES_FLUSH_SECONDS), 0.05))
+            flush_after = float(settings.AGENT_SAMPLES_FLUSH_SECONDS)
+            # At 0 beats write their own readings: a look a second, for the setting to change.
+            self._due.wait(timeout=flush_after if flush_after > 0 else 1.0)
             reports = self.take()
             if not reports:
                 continue

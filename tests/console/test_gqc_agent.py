@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from gqc.agent import LOG_LINES_PER_BEAT, Agent, FakeGpus
+from gqc.agent import BEAT_JITTER, LOG_LINES_PER_BEAT, Agent, FakeGpus, beat_delay
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,3 +93,10 @@ def test_manage_py_agent_needs_no_database(tmp_path: Path) -> None:
     )
     assert shown.returncode == 0, shown.stderr
     assert "--fake-gpus" in shown.stdout and "--token-file" in shown.stdout
+
+
+def test_beats_come_a_heartbeat_apart_give_or_take_a_tenth() -> None:
+    delays = [beat_delay(5.0) for _ in range(500)]
+    assert all(5.0 * (1 - BEAT_JITTER) <= delay <= 5.0 * (1 + BEAT_JITTER) for delay in delays)
+    # Spread over the whole band, so agents answered together drift apart within a few beats.
+    assert max(delays) - min(delays) > 5.0 * BEAT_JITTER

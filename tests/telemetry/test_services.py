@@ -3,6 +3,7 @@ downsampling and pruning with the clock moved (time-machine)."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -253,3 +254,22 @@ def test_beat_runs_the_sampler_and_the_downsampling() -> None:
     assert sampler["schedule"] == settings.TELEMETRY_SAMPLE_SECONDS == 5.0
     assert retention["task"] == tasks.downsample_and_prune.name and retention["schedule"] == 60.0
     assert "scheduling-cycle" in schedule  # added to, not replaced
+
+
+@pytest.mark.django_db(transaction=True)
+def test_agents_readings_are_written_by_the_writer_thread_within_the_flush_time(
+    cluster: dict[str, Any], settings: Any
+) -> None:
+    """No beat writes readings (a beat that did waited for them): the process's writer thread does."""
+    settings.AGENT_SAMPLES_FLUSH_SECONDS = 0.05
+    node = cluster["nodes"][0]
+    readings = [{"index": gpu, "utilization": 50.0, "memory_used_mib": 10} for gpu in range(8)]
+    try:
+        assert services.record_agent_samples(node=node, samples=readings) == 0
+        deadline = time.monotonic() + 10
+        while GpuSample.objects.filter(node=node).count() < 8 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sorted(GpuSample.objects.filter(node=node).values_list("gpu", flat=True)) == list(range(8))
+    finally:
+        settings.AGENT_SAMPLES_FLUSH_SECONDS = 0
+        services.flush_agent_samples()
