@@ -46,7 +46,10 @@ class NodeForm(_AmountsForm):
         initial=NodeExecutor.SIMULATED,
         help_text="Node agent: real processes, started by the agent on the host (it needs a token). "
         "Simulated: the console plays the jobs out itself.",
-        error_messages={"invalid_choice": "Runs jobs with must be Simulated or Node agent."},
+        error_messages={
+            "required": "Runs jobs with is required.",
+            "invalid_choice": "Runs jobs with must be Simulated or Node agent.",
+        },
     )
     labels = forms.CharField(
         label="Labels",

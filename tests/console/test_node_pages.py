@@ -116,6 +116,7 @@ def test_drain_preview_names_the_jobs_it_evicts(pai_world: dict[str, AbstractUse
 def test_add_and_edit_a_node(pai_world: dict[str, AbstractUser]) -> None:
     client = client_as(pai_world, "platform-admin")
     fields = {"name": "gpu-5", "gpus": "4", "gpu_model": "H100", "cpu": "64", "memory_gib": "512", "labels": "zone=a"}
+    fields["executor"] = "simulated"  # the select always sends one
     preview = client.post("/nodes/new/", {**fields, "step": "preview"}).content.decode()
     fingerprint = preview.split('name="previewed" value="')[1].split('"')[0]
     client.post("/nodes/new/", {**fields, "step": "confirm", "previewed": fingerprint})

@@ -98,3 +98,28 @@ def test_drain_preview_and_screenshots(
             check_accessibility(page)
             page.screenshot(path=str(SHOTS / f"quota-nodes-{width}-{scheme}.png"), full_page=True)
     assert Node.objects.get(name=name).state == NodeState.READY
+
+
+def test_edit_node_hands_a_node_to_its_agent(
+    live_server: LiveServer, pai_world: dict[str, AbstractUser], browser_page: Page, sign_in: SignIn
+) -> None:
+    page = browser_page
+    sign_in(page, "platform-admin")
+    name = busy_node()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for width in (390, 1280):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{live_server.url}/nodes/")
+        page.get_by_role("link", name=f"Edit {name}", exact=True).click()
+        dialog = page.get_by_role("dialog")
+        expect(dialog.get_by_label("Runs jobs with")).to_have_value("simulated")
+        check_accessibility(page)
+        page.screenshot(path=str(SHOTS / f"edit-node-{width}.png"))
+        page.keyboard.press("Escape")
+    page.get_by_role("link", name=f"Edit {name}", exact=True).click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_label("Runs jobs with").select_option(label="Node agent")
+    dialog.get_by_role("button", name="Preview").click()
+    dialog.get_by_role("button", name="Confirm: save").click()
+    expect(page.get_by_text(f"Saved {name}.")).to_be_visible()
+    assert Node.objects.get(name=name).executor == "agent"
