@@ -37,7 +37,8 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+# Django's and Channels' handlers each type scope, receive and send their own way.
+ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
 
 BEAT_PATH: Final = "/api/v1/agent/heartbeat/"
 # Beats of one process run on this many threads: enough that one beat waiting on a row lock does

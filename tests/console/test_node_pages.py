@@ -144,7 +144,7 @@ def test_edit_node_hands_a_node_to_its_agent_and_back(pai_world: dict[str, Abstr
     client.post(f"/nodes/{node.pk}/edit/", {**fields, "step": "confirm", "previewed": fingerprint})
     assert Node.objects.get(pk=node.pk).executor == NodeExecutor.AGENT
     record = AuditRecord.objects.filter(action="node.update", object_id=node.pk).latest("pk")
-    assert (record.before["executor"], record.after["executor"]) == ("simulated", "agent")
+    assert (record.before, record.after) == ({"executor": "simulated"}, {"executor": "agent"})
 
 
 def test_a_down_node_is_refused_in_words(pai_world: dict[str, AbstractUser]) -> None:

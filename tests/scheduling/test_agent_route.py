@@ -165,7 +165,7 @@ def test_the_route_and_django_answer_every_request_alike(
     replica = Job.objects.get(pk=job.pk).placements.get().pk
     steady = {"node": node, "processes": [], "samples": _samples(False)}
     started = {"node": node, "processes": [{"replica": replica, "state": "running", "pid": 7}]}
-    request: dict[str, Any] = {
+    requests: dict[str, dict[str, Any]] = {
         "a steady beat": {"token": token, "body": steady},
         "a beat whose process started": {"token": token, "body": started},
         "charset utf-8 named": {"token": token, "body": steady, "content_type": "application/json; charset=utf-8"},
@@ -183,7 +183,8 @@ def test_the_route_and_django_answer_every_request_alike(
         "a query string": {"token": token, "body": steady, "query": b"format=json"},
         "GET": {"token": token, "body": b"", "method": "GET"},
         "a Host not allowed": {"token": token, "body": steady, "host": "evil.example"},
-    }.get(case, {"token": token, "body": steady})
+    }
+    request = requests.get(case, {"token": token, "body": steady})
     route = AgentBeatRoute(django_asgi_app)
     if case == "two Authorization headers":
         first = _twice_authorized(route, token, steady)
