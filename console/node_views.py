@@ -334,9 +334,7 @@ def node_uncordon(request: HttpRequest, node: Node) -> HttpResponse:
 
 
 def _node_fields(cleaned: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        field: cleaned[field] for field in ("name", "gpus", "gpu_model", "cpu", "memory_gib", "executor", "labels")
-    }
+    return {field: cleaned[field] for field in ("name", "gpus", "gpu_model", "cpu", "memory_gib", "executor", "labels")}
 
 
 @_admins_only

@@ -37,7 +37,9 @@ class Answer:
     headers: dict[bytes, bytes] = field(default_factory=dict)
 
 
-async def _ask(app: Any, *, method: str, path: str, body: bytes, headers: list[tuple[bytes, bytes]], query: bytes) -> Answer:
+async def _ask(
+    app: Any, *, method: str, path: str, body: bytes, headers: list[tuple[bytes, bytes]], query: bytes
+) -> Answer:
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
