@@ -15,6 +15,7 @@ import atexit
 import logging
 import math
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -246,11 +247,14 @@ class _AgentSampleBuffer:
         self._lock = threading.Lock()
         self._reports: list[_AgentReport] = []
         self._readings = 0
+        self._oldest = 0.0  # time.monotonic() of the first report held
         self._due = threading.Event()
         self._writer: threading.Thread | None = None
 
     def add(self, report: _AgentReport) -> None:
         with self._lock:
+            if not self._reports:
+                self._oldest = time.monotonic()
             self._reports.append(report)
             self._readings += len(report.samples)
             if self._readings >= AGENT_SAMPLES_BUFFER_MAX:
@@ -266,12 +270,24 @@ class _AgentSampleBuffer:
             self._due.clear()
             return reports
 
+    def _wait_until_due(self) -> None:
+        """Until the oldest report held is AGENT_SAMPLES_FLUSH_SECONDS old or the buffer is full;
+        the setting is read again at least every second (a test, or an operator, may change it)."""
+        while True:
+            flush_after = float(settings.AGENT_SAMPLES_FLUSH_SECONDS)
+            with self._lock:
+                age = time.monotonic() - self._oldest if self._reports else None
+            if age is not None and age >= flush_after:
+                return
+            # Nothing held: a look a second at most (at 0 beats write their own and nothing comes).
+            left = flush_after - age if age is not None else (flush_after if flush_after > 0 else 1.0)
+            if self._due.wait(timeout=min(max(left, 0.01), 1.0)):
+                return
+
     def _write_forever(self) -> None:
         live.keep_event_loop()
         while True:
-            flush_after = float(settings.AGENT_SAMPLES_FLUSH_SECONDS)
-            # At 0 beats write their own readings: a look a second, for the setting to change.
-            self._due.wait(timeout=flush_after if flush_after > 0 else 1.0)
+            self._wait_until_due()
             reports = self.take()
             if not reports:
                 continue

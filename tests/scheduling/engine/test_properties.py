@@ -8,7 +8,19 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduling.engine import Admit, CycleResult, Evict, Job, Node, Quota, Shrink, Snapshot, fair_shares, schedule
+from scheduling.engine import (
+    Admit,
+    CycleResult,
+    Evict,
+    Job,
+    Node,
+    Quota,
+    ReplicaPlacement,
+    Shrink,
+    Snapshot,
+    fair_shares,
+    schedule,
+)
 from scheduling.engine.simulate import apply, converge, release_expired
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -169,8 +181,25 @@ def gpus_of(job: Job) -> float:
 def test_every_eviction_frees_what_its_beneficiary_then_uses(case: tuple[Snapshot, tuple[Job, ...]]) -> None:
     """Each victim (evicted or shrunk, grace 0) serves a beneficiary admitted in the same result:
     the beneficiary runs on devices the victims freed, or the free GPUs did not add up to what
-    it needs, or the room was in its quota (a non-preemptible job needs guaranteed quota)."""
-    base, jobs = case
+    it needs, or the room was in its quota (a non-preemptible job needs guaranteed quota, and a
+    quota's limit caps what its subtree holds however many GPUs stand free)."""
+    _check_evictions_serve(*case)
+
+
+def test_a_limit_makes_room_in_its_own_quota_though_gpus_stand_free() -> None:
+    """Found by the property above: r0 may hold 2 GPUs; j0 holds a quarter, and j1 (2, higher
+    priority) evicts it though n-1's two GPUs are free, because r0 would hold 2.25 otherwise."""
+    nodes = (Node("n-0", 1), Node("n-1", 2))
+    quotas = (Quota("r0", None, 0, limit=2), Quota("r1", None, 0), Quota("r2", None, 0))
+    running = Job(
+        "j0", "r0", 0.25, priority=1, state="running", started_at=0.0,
+        placements=(ReplicaPlacement("n-0", (0,), 0.25),),
+    )  # fmt: skip
+    base = Snapshot(nodes, quotas, (running,), now=1.0)
+    _check_evictions_serve(base, (Job("j1", "r0", 2, priority=2, submitted_at=1.0),))
+
+
+def _check_evictions_serve(base: Snapshot, jobs: tuple[Job, ...]) -> None:
     for before, result in play_steps(base, jobs):
         by_id = {job.id: job for job in before.jobs}
         admitted = {d.job_id: d for d in result.decisions if isinstance(d, Admit)}
@@ -188,8 +217,28 @@ def test_every_eviction_frees_what_its_beneficiary_then_uses(case: tuple[Snapsho
             placements = admitted[beneficiary].placements
             used = {(p.node, d) for p in placements for d in p.devices}
             need = sum(p.fraction * len(p.devices) for p in placements)
-            quota_room = not by_id[beneficiary].preemptible
+            quota_room = not by_id[beneficiary].preemptible or _over_a_limit(before, by_id[beneficiary], need)
             assert used & devices or need > free + 1e-9 or quota_room, (beneficiary, devices, used, free)
+
+
+def _over_a_limit(snapshot: Snapshot, job: Job, need: float) -> bool:
+    """Whether `need` more GPUs in the job's quota would pass the limit of it or an ancestor."""
+    quotas = {quota.name: quota for quota in snapshot.quotas}
+
+    def chain(name: str | None) -> list[str]:
+        names = []
+        while name is not None:
+            names.append(name)
+            name = quotas[name].parent
+        return names
+
+    held: dict[str, float] = defaultdict(float)
+    for other in snapshot.jobs:
+        if other.state != "pending":
+            for name in chain(other.quota):
+                held[name] += gpus_of(other)
+    limits = [(name, quotas[name].limit) for name in chain(job.quota)]
+    return any(limit is not None and held[name] + need > limit + 1e-9 for name, limit in limits)
 
 
 @st.composite
