@@ -1,7 +1,6 @@
 """ASGI entry point: HTTP through Django (agents' heartbeats first through their own route,
 console.agent_route), websockets through Channels' router."""
 
-import gc
 import os
 
 from django.core.asgi import get_asgi_application
@@ -23,7 +22,3 @@ application = ProtocolTypeRouter(
     }
 )
 
-# What loading made (Django, the apps, the URLconf: some 120,000 objects) is never garbage. Frozen,
-# a full collection no longer scans it: it took about 70 ms, a stall of every thread of the
-# process, beats and pages alike.
-gc.freeze()
