@@ -241,6 +241,7 @@ def channel_layer_host(url: str) -> dict[str, object]:
 
 CHANNEL_LAYERS = {
     "default": {
+        # The live layer sends through its group_send_many (scheduling.live.send_topic_changes).
         "BACKEND": "console.channel_layer.ConsoleChannelLayer",
         "CONFIG": {
             "hosts": [channel_layer_host(REDIS_URL)],

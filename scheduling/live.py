@@ -16,7 +16,6 @@ order events arrive in. Consumers (live.consumers) coalesce them per topic and p
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -28,7 +27,6 @@ from scheduling import selectors
 
 MESSAGE_TYPE: Final = "live.change"
 TOPIC_KINDS: Final = ("cluster", "quota", "job", "node", "workspace")
-SENDS_IN_FLIGHT: Final = 16
 
 logger = logging.getLogger(__name__)
 
@@ -108,17 +106,11 @@ async def send_topic_changes(layer: Any, changes: Sequence[TopicChange], *, comm
         (topic_group(topic), {"type": MESSAGE_TYPE, "topic": topic, "change": change, "committed_at": stamp})
         for topic, change in changes
     ]
-    send_many = getattr(layer, "group_send_many", None)
-    if send_many is not None:  # the console's layer: only groups with members cost a send
-        await send_many(sends)
-        return
-    # A few sends in flight at once: each group_send is two or three Redis round trips, and a
-    # cycle's commit has hundreds of topics. Every topic has one change per commit, and commits
-    # are sent one after the other, so a topic's changes keep their order.
-    for first in range(0, len(sends), SENDS_IN_FLIGHT):
-        await asyncio.gather(
-            *(layer.group_send(group, message) for group, message in sends[first : first + SENDS_IN_FLIGHT])
-        )
+    # The console's layer (console.channel_layer, settings' CHANNEL_LAYERS) checks every topic's
+    # members in one round trip and sends only where someone listens, a few sends in flight;
+    # each topic has one change per batch, and batches go one after the other, so a topic's
+    # changes keep their order.
+    await layer.group_send_many(sends)
 
 
 def _job_ids(event: Mapping[str, Any]) -> list[int]:
