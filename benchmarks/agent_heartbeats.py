@@ -470,19 +470,20 @@ async def drive(
 
 
 def write_timeline(stats: Stats, path: Path) -> None:
-    """One line a second: beats answered, p50, p99 and max in ms, and what the load did then."""
+    """One line a second: beats answered, p50, p99 and max in ms, the wall clock's second (to line
+    up with other readings of the machine), and what the load did then."""
     by_second: dict[int, list[float]] = defaultdict(list)
     for at, seconds in stats.latencies:
         by_second[int(at)].append(seconds)
     marks = {int(at): what for at, what in stats.marks}
     first = min(by_second, default=0)
     with path.open("w") as timeline:
-        timeline.write("second beats p50_ms p99_ms max_ms mark\n")
+        timeline.write("second beats p50_ms p99_ms max_ms epoch mark\n")
         for second in sorted(by_second):
             values = by_second[second]
             timeline.write(
                 f"{second - first} {len(values)} {percentile(values, 0.5) * 1000:.1f} "
-                f"{percentile(values, 0.99) * 1000:.1f} {max(values) * 1000:.1f} {marks.get(second, '')}\n"
+                f"{percentile(values, 0.99) * 1000:.1f} {max(values) * 1000:.1f} {second} {marks.get(second, '')}\n"
             )
 
 

@@ -260,6 +260,7 @@ LIVE_MESSAGE_RATE = env.float("LIVE_MESSAGE_RATE", default=5.0)
 LIVE_MESSAGE_BURST = env.float("LIVE_MESSAGE_BURST", default=20.0)
 LIVE_RECHECK_SECONDS = env.float("LIVE_RECHECK_SECONDS", default=3.0)
 LIVE_COALESCE_SECONDS = env.float("LIVE_COALESCE_SECONDS", default=1.0)
+LIVE_GATHER_SECONDS = env.float("LIVE_GATHER_SECONDS", default=0.1)
 # /metrics (Prometheus): a bearer token; unset, only loopback clients may scrape.
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 

@@ -241,7 +241,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def live_change(self, message: dict[str, Any]) -> None:
         """At most one change per topic per LIVE_COALESCE_SECONDS on this socket: the first goes
         out at once, later ones within the window are merged and sent when it ends. The quota
-        topics share one window (`coalescing_clock`), so a commit's quota figures arrive together."""
+        topics share one window (`coalescing_clock`), whose first change waits LIVE_GATHER_SECONDS
+        for the rest of its commit, so a commit's quota figures arrive together."""
         topic = message.get("topic")
         if topic not in self.topics:
             return
@@ -254,6 +255,11 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if clock in self.flushes:
             return
         wait = self.last_sent.get(clock, float("-inf")) + _setting("LIVE_COALESCE_SECONDS", 1.0) - time.monotonic()
+        if clock != topic:
+            # A commit's changes to a shared clock's topics come one group message each, a few ms
+            # apart: sent at once, the first would leave alone and the rest a window later (the
+            # Overview counted a reclaimed GPU in both quotas for a second, journey 6).
+            wait = max(wait, _setting("LIVE_GATHER_SECONDS", 0.1))
         if wait <= 0:
             await self._flush(clock)
         else:

@@ -4,6 +4,7 @@ without a traceback, a flood bounded, revocation within 5 s, coalescing, changes
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -397,6 +398,45 @@ def test_the_quota_topics_share_one_window_so_a_moved_gpu_never_counts_twice(
             [(f"quota:{team_a.pk}", 4.0), (f"quota:{team_b.pk}", 0.0)]
         )
         assert {message["committed_at"] for message in together} == {1001.0}
+        await socket.disconnect()
+
+    run(scenario)
+
+
+def test_a_commits_quota_changes_leave_together_when_the_window_is_open(
+    world: dict[str, Any], make_user: Callable[..., AbstractUser]
+) -> None:
+    """No window is running: the first quota change of a commit does not leave alone. Its
+    commit's other quota arrives a moment later, as its own group message, and both go out
+    together, not the second a whole window after the first (journey 6 on a loaded machine)."""
+    from channels.layers import get_channel_layer
+
+    from quotas.models import Quota
+    from scheduling.live import MESSAGE_TYPE, topic_group
+
+    team_a = Quota.objects.get(name="team-a")
+    team_b = world["team_b"]
+    admin = make_user("overseer", platform_admin=True)
+
+    async def scenario() -> None:
+        socket = await connect(admin)
+        await socket.send_json_to({"subscribe": [f"quota:{team_a.pk}", f"quota:{team_b.pk}"]})
+        await next_of(socket, "subscription")
+        layer = get_channel_layer()
+        for quota, allocated in ((team_a, 4.0), (team_b, 0.0)):
+            envelope = {
+                "type": MESSAGE_TYPE,
+                "topic": f"quota:{quota.pk}",
+                "change": {"allocated": allocated},
+                "committed_at": 1001.0,
+            }
+            await layer.group_send(topic_group(f"quota:{quota.pk}"), envelope)
+            await asyncio.sleep(0.02)  # the second group message of the commit, a moment later
+        # Within the gather, well inside the one-second window the second would otherwise wait.
+        together = [await next_of(socket, "change", timeout=0.5), await next_of(socket, "change", timeout=0.1)]
+        assert sorted((message["topic"], message["change"]["allocated"]) for message in together) == sorted(
+            [(f"quota:{team_a.pk}", 4.0), (f"quota:{team_b.pk}", 0.0)]
+        )
         await socket.disconnect()
 
     run(scenario)
