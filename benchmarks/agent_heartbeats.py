@@ -261,6 +261,7 @@ class SimulatedAgent:
         self.stats = stats
         self.running: dict[int, int] = {}  # replica → job
         self.exited: dict[int, int] = {}
+        self.asked_back: float | None = None  # the answer's heartbeat_seconds, where sooner than ours
 
     def body(self) -> dict[str, Any]:
         processes = [{"replica": r, "state": "running", "pid": 1000 + r % 30000} for r in self.running]
@@ -288,6 +289,7 @@ class SimulatedAgent:
             return
         for replica in reported_exits:
             self.exited.pop(replica, None)
+        self.asked_back = float(desired["heartbeat_seconds"])
         now = time.time()
         stopped = False
         for stop in desired["stops"]:
@@ -314,9 +316,12 @@ class SimulatedAgent:
             self.stats.errors += 1
         await asyncio.sleep(random.uniform(0, interval[0]))
         while time.time() < until:
-            # As the real agent (gqc.agent, BEAT_JITTER): a beat every interval, give or take a tenth.
-            next_at = time.monotonic() + interval[0] * random.uniform(0.9, 1.1)
             await self.beat(client)
+            # As the real agent (gqc.agent, BEAT_JITTER): a beat every interval, give or take a
+            # tenth, or as soon as the console asks (its follow-up after a beat that freed devices;
+            # the ramp's intervals are shorter than the console's own).
+            wait = min(interval[0], self.asked_back or interval[0])
+            next_at = time.monotonic() + wait * random.uniform(0.9, 1.1)
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
 

@@ -284,6 +284,9 @@ HEARTBEAT_SECONDS: float = env.float("HEARTBEAT_SECONDS", default=10.0)
 # The node agent (AGENT.md): how often agents beat, and when a silent node is lost. A node with no
 # beat for NODE_LOST_SECONDS goes not ready; NODE_LOST_GRACE_SECONDS later its jobs are requeued.
 AGENT_HEARTBEAT_SECONDS: float = env.float("AGENT_HEARTBEAT_SECONDS", default=2.0)
+# After a beat that freed devices (a process exited, a stop completed), the agent's next beat comes
+# this soon, so that what the cycle places on the node next starts within about this long.
+AGENT_FOLLOW_UP_SECONDS: float = env.float("AGENT_FOLLOW_UP_SECONDS", default=1.0)
 NODE_LOST_SECONDS: float = env.float("NODE_LOST_SECONDS", default=30.0)
 NODE_LOST_GRACE_SECONDS: float = env.float("NODE_LOST_GRACE_SECONDS", default=30.0)
 # The embedded default may start one local agent (--fake-gpus) beside web, worker and beat, on an

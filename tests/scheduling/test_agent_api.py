@@ -250,6 +250,20 @@ def test_exit_zero_of_every_replica_succeeds_the_job(agent_cluster: Cluster) -> 
     assert not AgentProcess.objects.filter(job=job).exists()  # the rows do not pile up
 
 
+def test_a_beat_that_frees_devices_asks_the_agent_back_soon_once(agent_cluster: Cluster, settings: Any) -> None:
+    """What the next cycle places on the freed devices would otherwise wait a whole heartbeat."""
+    settings.AGENT_HEARTBEAT_SECONDS = 5.0
+    settings.AGENT_FOLLOW_UP_SECONDS = 1.0
+    job = _submit(agent_cluster, "train", gpus=1, command="true")
+    client, node = _agent_of(job)
+    (start,) = _beat(client, node)["starts"]
+    assert _beat(client, node, [_running(start)])["heartbeat_seconds"] == 5.0  # running: nothing freed
+    freed = _beat(client, node, [{"replica": start["replica"], "state": "exited", "exit_code": 0}])
+    assert Job.objects.get(pk=job.pk).state == JobState.SUCCEEDED
+    assert freed["heartbeat_seconds"] == 1.0
+    assert _beat(client, node)["heartbeat_seconds"] == 5.0  # the follow-up beat: back to the heartbeat
+
+
 def test_a_non_zero_exit_fails_the_job_with_the_code_and_the_last_lines(agent_cluster: Cluster) -> None:
     job = _submit(agent_cluster, "train", gpus=1, command="exit 3")
     client, node = _agent_of(job)

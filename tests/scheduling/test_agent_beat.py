@@ -216,6 +216,19 @@ def test_a_steady_beat_with_eight_gpus_samples_is_at_most_five_queries(
     assert len(statements) <= 5, statements
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared statements are PostgreSQL's")
+def test_on_postgresql_the_beats_statement_is_prepared_once_and_still_counted(agent_cluster: Cluster) -> None:
+    client, node = _agent_of(_submit(agent_cluster, "one", gpus=1, command="sleep 100"))
+    processes = [_running(start) for start in _beat(client, node)["starts"]]
+    with CaptureQueriesContext(connection) as beats:
+        for _ in range(3):
+            _beat(client, node, processes)
+    assert sum("FROM quotas_nodeagent a" in query["sql"] for query in beats.captured_queries) == 3
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["%quotas_nodeagent a%"])
+        assert cursor.fetchone() == (1,)
+
+
 # --- agents' readings, written together --------------------------------------------------------------
 
 
