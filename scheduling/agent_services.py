@@ -148,6 +148,7 @@ def _beat_cursor() -> CursorWrapper:
     if connection.vendor != "postgresql":
         return connection.cursor()
     connection.ensure_connection()
+    connection.validate_thread_sharing()
     raw = connection.connection
     raw.prepare_threshold = 0
     cursor = psycopg.Cursor(raw)
