@@ -288,6 +288,9 @@ class Agent:
         environment = dict(os.environ)
         environment.update({str(k): str(v) for k, v in start.get("environment", {}).items()})
         environment["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in start["gpus"])
+        # The indices are NVML's, which go in PCI bus order; CUDA's own order puts the fastest
+        # device first, so on a host of mixed GPUs index 1 would be another device to CUDA.
+        environment["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         fraction = float(start.get("fraction", 1.0))
         if fraction < 1:
             environment["GPU_QUOTA_FRACTION"] = f"{fraction:g}"

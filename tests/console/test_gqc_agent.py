@@ -55,6 +55,14 @@ def test_a_start_twice_runs_once_and_the_fraction_reaches_the_environment(tmp_pa
     assert (tmp_path / "out").read_text() == f"1 0.5 {FakeGpus.MEMORY_MIB // 2}\n"
 
 
+def test_the_devices_are_numbered_as_nvml_numbers_them(tmp_path: Path) -> None:
+    # CUDA's default order (fastest first) can differ from NVML's on a host of mixed GPUs.
+    agent, _sent = _agent(tmp_path)
+    agent.start(_start(1, 'echo "$CUDA_DEVICE_ORDER" >> out'))
+    assert _wait_exit(agent, 1) == 0
+    assert (tmp_path / "out").read_text() == "PCI_BUS_ID\n"
+
+
 def test_the_log_shipped_per_beat_is_bounded(tmp_path: Path) -> None:
     agent, sent = _agent(tmp_path)
     agent.start(_start(2, f"seq 1 {LOG_LINES_PER_BEAT + 50}"))
