@@ -8,7 +8,7 @@ file, without the demo, with AGENT_HEARTBEAT_SECONDS = 1. This process then writ
 services an agent node with the GPUs the host has (count and model from NVML, so that the
 registration matches), a quota and a workspace over it, and a platform admin whose token submits
 the jobs through the API. A real agent (`python -m gqc.agent`, on NVML unless --fake-gpus)
-registers and runs three jobs, as real processes:
+registers and runs four jobs, as real processes:
 
 1. `which-device` prints its CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER, then `nvidia-smi -L`:
    the index must be the one the scheduler placed it on, and nvidia-smi's UUID for it the one
@@ -21,8 +21,10 @@ registers and runs three jobs, as real processes:
 3. `half`, a job of 0.5 GPU: it reads GPU_QUOTA_FRACTION and GPU_QUOTA_MEMORY_MIB, sets
    PyTorch's per-process memory fraction from them, allocates within it, and tries beyond it:
    PyTorch refuses the second allocation (the fraction is advice that the program applies).
+4. `cancelled`, job 2's program for ten minutes, cancelled through the API once it computes: the
+   agent's SIGTERM ends it, and the job is cancelled with its device free within its 5 s grace.
 
-Without PyTorch (the stand-in run), jobs 2 and 3 say so and the checks that need CUDA are
+Without CUDA through PyTorch (the stand-in run), jobs 2 and 3 say so and the checks that need CUDA are
 skipped. Exit 0 when every check holds; the report (markdown) says what ran and what was seen.
 """
 
@@ -40,7 +42,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -68,8 +70,11 @@ COMPUTE = textwrap.dedent(
     seconds = float(sys.argv[1])
     try:
         import torch
+        usable = torch.cuda.is_available()
     except ImportError:
-        print("torch=absent", flush=True)
+        usable = False
+    if not usable:
+        print("cuda=absent", flush=True)
         time.sleep(seconds)  # holds its stand-in device busy for as long
         sys.exit(0)
     properties = torch.cuda.get_device_properties(0)
@@ -95,8 +100,11 @@ HALF = textwrap.dedent(
     print(f"fraction={fraction} memory_mib={allowed_mib}", flush=True)
     try:
         import torch
+        usable = torch.cuda.is_available()
     except ImportError:
-        print("torch=absent", flush=True)
+        usable = False
+    if not usable:
+        print("cuda=absent", flush=True)
         sys.exit(0)
     torch.cuda.set_per_process_memory_fraction(fraction)
     within = torch.empty(int(allowed_mib * 0.8) * 2**20, dtype=torch.uint8, device="cuda")
@@ -220,6 +228,9 @@ class Api:
         rows = body["results"] if isinstance(body, dict) else body
         return [f"{row['kind']}: {row['message']}" for row in rows]
 
+    def cancel(self, job_id: int) -> None:
+        self.client.post(f"/jobs/{job_id}/cancel/", json={}).raise_for_status()
+
     def ended(self, job_id: int, *, seconds: float) -> str:
         state: str = wait_for(
             lambda: (s := self.job(job_id)["state"]) in {"succeeded", "failed", "cancelled"} and s,
@@ -251,17 +262,24 @@ def samples_between(start: datetime, end: datetime) -> list[tuple[datetime, int,
     ]
 
 
-def start_agent(
-    url: str, token_file: Path, state_dir: Path, fake_gpus: int | None, log: Path
-) -> subprocess.Popen[bytes]:
+@contextlib.contextmanager
+def running_agent(url: str, scratch: Path, node_token: str, fake_gpus: int | None) -> Iterator[None]:
+    """`python -m gqc.agent` for NODE, stopped (SIGTERM, as a host's service manager would) before
+    the console it talks to."""
+    token_file = scratch / "node.token"
+    token_file.write_text(node_token)
     command = [sys.executable, "-m", "gqc.agent", "--server", url, "--node", NODE, "--token-file", str(token_file)]
-    command += ["--state-dir", str(state_dir)]
+    command += ["--state-dir", str(scratch / "state")]
     if fake_gpus is not None:
         command += ["--fake-gpus", str(fake_gpus)]
-    with log.open("ab") as output:
-        return subprocess.Popen(
-            command, cwd=Path(__file__).resolve().parents[1], stdout=output, stderr=subprocess.STDOUT
-        )
+    with (scratch / "agent.log").open("ab") as log:
+        agent = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            agent.wait(timeout=10)
 
 
 def check_registration(report: Report, devices: list[dict[str, Any]]) -> None:
@@ -322,8 +340,8 @@ def check_compute(report: Report, api: Api, scratch: Path, seconds: float) -> No
         "GPU samples the console stored (time, device, utilisation %, job)",
         "\n".join(f"{at:%H:%M:%S.%f} gpu {gpu} {util:5.1f}% job {job_id}" for at, gpu, util, job_id in samples),
     )
-    if any(line == "torch=absent" for line in lines):
-        report.check("CUDA shows exactly the assigned device", None, "no PyTorch on this host")
+    if any(line == "cuda=absent" for line in lines):
+        report.check("CUDA shows exactly the assigned device", None, "no CUDA through PyTorch on this host")
     else:
         uuids = {d["index"]: uuid_key(d["uuid"]) for d in registered_devices()}
         seen = next((line for line in lines if line.startswith("cuda_count=")), "")
@@ -345,6 +363,25 @@ def check_compute(report: Report, api: Api, scratch: Path, seconds: float) -> No
     )
 
 
+def check_cancel(report: Report, api: Api, scratch: Path) -> None:
+    """A stop on a real CUDA process: SIGTERM, and the device free once the process is gone."""
+    program = scratch / "compute.py"
+    job = api.submit("cancelled", gpus=1, command=f"env -u PYTHONPATH {sys.executable} {program} 600")
+    wait_for(lambda: api.logs(job), seconds=120, what="cancelled's program running")
+    time.sleep(2 * HEARTBEAT_SECONDS)
+    asked = time.monotonic()
+    api.cancel(job)
+    state = api.ended(job, seconds=60)
+    freed_after = time.monotonic() - asked
+    lines = api.logs(job)
+    report.check(
+        "a cancel stops the CUDA process within its grace",
+        state == "cancelled" and freed_after <= 5 + 3 * HEARTBEAT_SECONDS and not placed_devices(job),
+        f"{state} {freed_after:.1f} s after the cancel (grace 5 s); devices held after: {placed_devices(job)}; "
+        f"its log: {' / '.join(lines)}",
+    )
+
+
 def check_half(report: Report, api: Api, scratch: Path, devices: list[dict[str, Any]]) -> None:
     program = scratch / "half.py"
     program.write_text(HALF)
@@ -357,8 +394,8 @@ def check_half(report: Report, api: Api, scratch: Path, devices: list[dict[str, 
     report.check(
         "the fraction reaches the environment", bool(lines) and lines[0] == expected, lines[0] if lines else ""
     )
-    if "torch=absent" in lines:
-        report.check("PyTorch refuses memory beyond the fraction", None, "no PyTorch on this host")
+    if "cuda=absent" in lines:
+        report.check("PyTorch refuses memory beyond the fraction", None, "no CUDA through PyTorch on this host")
     else:
         report.check(
             "PyTorch refuses memory beyond the fraction",
@@ -402,7 +439,6 @@ def main() -> int:
     )
     scratch = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     agent_log = scratch / "agent.log"
-    agent: subprocess.Popen[bytes] | None = None
     console_log = Path(tempfile.gettempdir()) / f"console-run-{arguments.port}.log"
     try:
         with running_console(port=arguments.port) as console:
@@ -412,21 +448,17 @@ def main() -> int:
             if embedded is not None:
                 os.environ["REDIS_URL"] = embedded.group(1)
             node_token, user_token = setup_world(devices)
-            token_file = scratch / "node.token"
-            token_file.write_text(node_token)
-            agent = start_agent(console.url, token_file, scratch / "state", arguments.fake_gpus, agent_log)
-            api = Api(console.url, user_token)
-            check_registration(report, devices)
-            check_which_device(report, api, nvidia_smi=arguments.fake_gpus is None and bool(shutil.which("nvidia-smi")))
-            check_compute(report, api, scratch, arguments.compute_seconds)
-            check_half(report, api, scratch, devices)
+            with running_agent(console.url, scratch, node_token, arguments.fake_gpus):
+                api = Api(console.url, user_token)
+                check_registration(report, devices)
+                nvidia_smi = arguments.fake_gpus is None and bool(shutil.which("nvidia-smi"))
+                check_which_device(report, api, nvidia_smi=nvidia_smi)
+                check_compute(report, api, scratch, arguments.compute_seconds)
+                check_half(report, api, scratch, devices)
+                check_cancel(report, api, scratch)
     except (TimeoutError, httpx.HTTPError, RuntimeError) as error:
         report.check("the run finished", False, str(error))
     finally:
-        if agent is not None:
-            agent.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                agent.wait(timeout=10)
         if agent_log.exists():
             report.section(
                 "agent log (last 40 lines)", "\n".join(agent_log.read_text(errors="replace").splitlines()[-40:])
