@@ -1,14 +1,18 @@
 """The node agent on a real GPU host (issue 13): NVML registration, a job's own device, utilisation.
 
     python3 benchmarks/agent_gpu_check.py --report gpu-check.md                  # on a GPU host
+    python3 benchmarks/agent_gpu_check.py --local-agent --report gpu-check.md    # bin/run's agent
     .venv/bin/python benchmarks/agent_gpu_check.py --fake-gpus 1 --report x.md   # anywhere, stand-ins
 
 A whole console starts as `bin/run` would (web, worker, beat, embedded Redis) on a scratch SQLite
 file, without the demo, with AGENT_HEARTBEAT_SECONDS = 1. This process then writes through the
-services an agent node with the GPUs the host has (count and model from NVML, so that the
+services an agent node `local` with the GPUs the host has (count and model from NVML, so that the
 registration matches), a quota and a workspace over it, and a platform admin whose token submits
 the jobs through the API. A real agent (`python -m gqc.agent`, on NVML unless --fake-gpus)
-registers and runs four jobs, as real processes:
+registers and runs four jobs as real processes. With --local-agent the agent is the one the
+launcher itself starts for CONSOLE_LOCAL_AGENT=1 (CONSOLE_LOCAL_AGENT_GPUS=nvml, or the
+stand-ins' number), on the node it made, and the console runs without a memory cap (CUDA's
+address space is far above any cap that would still catch a runaway). The jobs:
 
 1. `which-device` prints its CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER, then `nvidia-smi -L`:
    the index must be the one the scheduler placed it on, and nvidia-smi's UUID for it the one
@@ -24,8 +28,8 @@ registers and runs four jobs, as real processes:
 4. `cancelled`, job 2's program for ten minutes, cancelled through the API once it computes: the
    agent's SIGTERM ends it, and the job is cancelled with its device free within its 5 s grace.
 
-Without CUDA through PyTorch (the stand-in run), jobs 2 and 3 say so and the checks that need CUDA are
-skipped. Exit 0 when every check holds; the report (markdown) says what ran and what was seen.
+Without CUDA through PyTorch (the stand-in run), jobs 2 and 3 say so and the checks that need
+CUDA are skipped. Exit 0 when every check holds; the report (markdown) says what ran and what was seen.
 """
 
 from __future__ import annotations
@@ -55,7 +59,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.console_process import running_console
 from gqc.agent import FakeGpus, Gpus, NvmlGpus
 
-NODE = "gpu-host"
+# The node bin/run gives its local agent; this script's own agent takes the same name.
+NODE = "local"
 WORKSPACE = "gpu-check"
 QUOTA = "gpu-team"
 HEARTBEAT_SECONDS = 1.0
@@ -167,8 +172,9 @@ def uuid_key(uuid: str) -> str:
     return uuid.lower().removeprefix("gpu-")
 
 
-def setup_world(devices: list[dict[str, Any]]) -> tuple[str, str]:
-    """The agent node, its quota and workspace, and a platform admin; (node token, user token)."""
+def setup_world(devices: list[dict[str, Any]], *, own_node: bool) -> tuple[str, str]:
+    """The agent node (unless the launcher made it, for its local agent), its quota and
+    workspace, and a platform admin; (node token, or "" without own_node; user token)."""
     import django
 
     django.setup()
@@ -178,13 +184,16 @@ def setup_world(devices: list[dict[str, Any]]) -> tuple[str, str]:
     from quotas.node_agents import issue_node_token
     from workspaces import services as workspace_services
 
-    node = quota_services.create_node(
-        actor=None, name=NODE, gpus=len(devices), executor="agent", gpu_model=devices[0]["model"]
-    )
+    node_token = ""
+    if own_node:
+        node = quota_services.create_node(
+            actor=None, name=NODE, gpus=len(devices), executor="agent", gpu_model=devices[0]["model"]
+        )
+        node_token = issue_node_token(actor=None, node=node)
     quota = quota_services.create_quota(actor=None, name=QUOTA, gpus=len(devices))
     workspace_services.create_workspace(actor=None, name=WORKSPACE, quotas=[quota])
     admin = create_user(actor=None, username="gpu-check", password="gpu-check-password", is_platform_admin=True)
-    return issue_node_token(actor=None, node=node), issue_token(user=admin).key
+    return node_token, issue_token(user=admin).key
 
 
 class Api:
@@ -421,6 +430,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fake-gpus", type=int, default=None, help="N stand-in GPUs instead of NVML")
     parser.add_argument("--compute-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--local-agent",
+        action="store_true",
+        help="check the agent bin/run starts (CONSOLE_LOCAL_AGENT=1, its GPUs nvml or --fake-gpus), not one of its own",
+    )
     parser.add_argument("--port", type=int, default=8140)
     parser.add_argument("--report", type=Path, default=Path("gpu-check.md"))
     parser.add_argument("--logs", type=Path, default=None, help="a folder for the console's and the agent's logs")
@@ -435,20 +449,29 @@ def main() -> int:
             "CONSOLE_DEMO": "0",
             "AGENT_HEARTBEAT_SECONDS": str(HEARTBEAT_SECONDS),
             "DJANGO_SETTINGS_MODULE": "console.settings",
+            "CONSOLE_LOCAL_AGENT": "1" if arguments.local_agent else "0",
+            "CONSOLE_LOCAL_AGENT_GPUS": "nvml" if arguments.fake_gpus is None else str(arguments.fake_gpus),
         }
     )
     scratch = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     agent_log = scratch / "agent.log"
     console_log = Path(tempfile.gettempdir()) / f"console-run-{arguments.port}.log"
     try:
-        with running_console(port=arguments.port) as console:
+        # The local agent is the launcher's child, and its jobs the agent's: under a cap, CUDA would not start.
+        cap = None if arguments.local_agent else 3_000_000_000
+        with running_console(port=arguments.port, memory_cap_bytes=cap) as console:
             os.environ["DATABASE_URL"] = console.database_url
             # The services' live messages go to the console's own Redis, the embedded one.
             embedded = re.search(r"embedded Redis at (\S+)", console.log())
             if embedded is not None:
                 os.environ["REDIS_URL"] = embedded.group(1)
-            node_token, user_token = setup_world(devices)
-            with running_agent(console.url, scratch, node_token, arguments.fake_gpus):
+            node_token, user_token = setup_world(devices, own_node=not arguments.local_agent)
+            agent = (
+                contextlib.nullcontext()
+                if arguments.local_agent
+                else running_agent(console.url, scratch, node_token, arguments.fake_gpus)
+            )
+            with agent:
                 api = Api(console.url, user_token)
                 check_registration(report, devices)
                 nvidia_smi = arguments.fake_gpus is None and bool(shutil.which("nvidia-smi"))

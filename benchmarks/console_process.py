@@ -157,9 +157,11 @@ def drop_postgres(url: str) -> None:
 
 @contextmanager
 def running_console(
-    *, port: int, database_url: str = "", redis_url: str = "", memory_cap_bytes: int = 3_000_000_000
+    *, port: int, database_url: str = "", redis_url: str = "", memory_cap_bytes: int | None = 3_000_000_000
 ) -> Iterator[RunningConsole]:
-    """Start the console on `port` (a scratch SQLite file unless `database_url`), yield it, stop it."""
+    """Start the console on `port` (a scratch SQLite file unless `database_url`), yield it, stop it.
+    `memory_cap_bytes` None: no cap, for a console whose local agent starts CUDA programs (CUDA
+    reserves far more address space than any cap that would still catch a runaway)."""
     scratch = Path(tempfile.mkdtemp(prefix="console-run-"))
     environment = {
         **os.environ,
@@ -172,15 +174,8 @@ def running_console(
     if redis_url:
         environment["REDIS_URL"] = redis_url
     log_path = scratch / "console.log"
-    command = [
-        "prlimit",
-        f"--as={memory_cap_bytes}",
-        "--",
-        sys.executable,
-        "-m",
-        "console.launcher",
-        "serve",
-    ]
+    capped = ["prlimit", f"--as={memory_cap_bytes}", "--"] if memory_cap_bytes is not None else []
+    command = [*capped, sys.executable, "-m", "console.launcher", "serve"]
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)
     console = RunningConsole(

@@ -99,3 +99,23 @@ def redis_url(url: str) -> str:
         raise ConfigError(f"REDIS_URL {url!r} is malformed: it names no host.")
     del port
     return url
+
+
+LOCAL_AGENT_NVML = "nvml"
+
+
+def local_agent_gpus(raw: str, *, default: int = 2) -> int | None:
+    """CONSOLE_LOCAL_AGENT_GPUS: a number of stand-in GPUs, or `nvml` (None) for the host's own."""
+    from quotas.bounds import NODE_GPUS_MAX
+
+    value = raw.strip()
+    if not value:
+        return default
+    if value.lower() == LOCAL_AGENT_NVML:
+        return None
+    if value.isdigit() and 1 <= int(value) <= NODE_GPUS_MAX:
+        return int(value)
+    raise ConfigError(
+        f"CONSOLE_LOCAL_AGENT_GPUS must be a whole number of stand-in GPUs from 1 to {NODE_GPUS_MAX}, "
+        f"or {LOCAL_AGENT_NVML} for this host's own GPUs; got {raw!r}."
+    )

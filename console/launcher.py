@@ -95,20 +95,49 @@ LOCAL_AGENT_NODE = "local"
 LOCAL_AGENT_DIR = BASE_DIR / "var" / "agent"
 
 
-def _prepare_local_agent(gpus: int) -> None:
-    """CONSOLE_LOCAL_AGENT: the node `local` (agent executor) and a fresh token only its user reads."""
+def _prepare_local_agent(gpus: int | None) -> None:
+    """CONSOLE_LOCAL_AGENT: the node `local` (agent executor), the size of what its agent will
+    register, and a fresh token only its user reads."""
+    from django.core.exceptions import ValidationError
+
     from quotas.node_agents import prepare_local_agent
 
-    token = prepare_local_agent(name=LOCAL_AGENT_NODE, gpus=gpus)
+    count, model, words = _local_agent_gpus(gpus)
+    try:
+        token = prepare_local_agent(name=LOCAL_AGENT_NODE, gpus=count, gpu_model=model)
+    except ValidationError as refused:
+        raise LaunchError(f"the node {LOCAL_AGENT_NODE} cannot become {words}: {' '.join(refused.messages)}") from None
     LOCAL_AGENT_DIR.mkdir(parents=True, exist_ok=True)
     token_file = LOCAL_AGENT_DIR / "local.token"
     token_file.touch(mode=0o600)
     token_file.chmod(0o600)
     token_file.write_text(token)
-    _say(f"local agent: node {LOCAL_AGENT_NODE} with {gpus} fake GPUs runs jobs as real processes")
+    _say(f"local agent: node {LOCAL_AGENT_NODE} with {words} runs jobs as real processes")
 
 
-def _local_agent_command(port: int, host: str, gpus: int) -> list[str]:
+def _local_agent_gpus(gpus: int | None) -> tuple[int, str, str]:
+    """(count, model, words) of what the local agent will register: `gpus` stand-ins, or (None)
+    the host's own GPUs, read from NVML here so that the node matches the registration."""
+    if gpus is not None:
+        return gpus, "", f"{gpus} fake GPU{'s' if gpus != 1 else ''}"
+    from gqc.agent import NvmlGpus, NvmlUnavailable
+
+    try:
+        devices = NvmlGpus().devices()
+    except NvmlUnavailable as error:
+        raise LaunchError(f"CONSOLE_LOCAL_AGENT_GPUS is nvml, but {error}") from None
+    if not devices:
+        raise LaunchError("CONSOLE_LOCAL_AGENT_GPUS is nvml, but NVML finds no GPU on this host.")
+    models = sorted({str(device["model"]) for device in devices})
+    # A node has one model; the registration compares models only where both are set.
+    model = models[0] if len(models) == 1 else ""
+    count = len(devices)
+    return count, model, f"this host's {count} GPU{'s' if count != 1 else ''} ({', '.join(models)}, through NVML)"
+
+
+def _local_agent_command(port: int, host: str, gpus: int | None) -> list[str]:
+    """The agent's command line: `gpus` stand-ins, or (None) the host's GPUs through NVML."""
+    stand_ins = ["--fake-gpus", str(gpus)] if gpus is not None else []
     return [
         sys.executable,
         "-m",
@@ -119,8 +148,7 @@ def _local_agent_command(port: int, host: str, gpus: int) -> list[str]:
         LOCAL_AGENT_NODE,
         "--token-file",
         str(LOCAL_AGENT_DIR / "local.token"),
-        "--fake-gpus",
-        str(gpus),
+        *stand_ins,
         "--state-dir",
         str(LOCAL_AGENT_DIR / "state"),
     ]

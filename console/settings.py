@@ -12,7 +12,7 @@ from pathlib import Path
 import environ
 from csp.constants import NONE, SELF
 
-from console.config import ConfigError, database_config, redis_url
+from console.config import ConfigError, database_config, local_agent_gpus, redis_url
 from scheduling.beat import schedule as beat_schedule
 from telemetry.beat import schedule as telemetry_beat_schedule
 
@@ -289,10 +289,11 @@ AGENT_HEARTBEAT_SECONDS: float = env.float("AGENT_HEARTBEAT_SECONDS", default=2.
 AGENT_FOLLOW_UP_SECONDS: float = env.float("AGENT_FOLLOW_UP_SECONDS", default=1.0)
 NODE_LOST_SECONDS: float = env.float("NODE_LOST_SECONDS", default=30.0)
 NODE_LOST_GRACE_SECONDS: float = env.float("NODE_LOST_GRACE_SECONDS", default=30.0)
-# The embedded default may start one local agent (--fake-gpus) beside web, worker and beat, on an
-# agent node of its own, so that a newcomer sees real processes run (docs/agent.md).
+# The embedded default may start one local agent beside web, worker and beat, on an agent node of
+# its own, so that a newcomer sees real processes run (docs/agent.md): on stand-in GPUs
+# (--fake-gpus N), or on the host's own through NVML when CONSOLE_LOCAL_AGENT_GPUS is `nvml` (None).
 CONSOLE_LOCAL_AGENT: bool = env.bool("CONSOLE_LOCAL_AGENT", default=False)
-CONSOLE_LOCAL_AGENT_GPUS: int = env.int("CONSOLE_LOCAL_AGENT_GPUS", default=2)
+CONSOLE_LOCAL_AGENT_GPUS: int | None = local_agent_gpus(env.str("CONSOLE_LOCAL_AGENT_GPUS", default=""))
 # Per-GPU telemetry (docs/telemetry.md): the simulated nodes' sampling interval, and how long
 # each level is kept (samples, then 1-minute averages, then 1-hour averages).
 TELEMETRY_SAMPLE_SECONDS: float = env.float("TELEMETRY_SAMPLE_SECONDS", default=5.0)

@@ -99,6 +99,10 @@ class FakeGpus(Gpus):
         ]
 
 
+class NvmlUnavailable(Exception):
+    """NVML cannot be read here (no NVIDIA driver, no device); the message is for a person."""
+
+
 class NvmlGpus(Gpus):
     """The real devices, through NVML (nvidia-ml-py)."""
 
@@ -106,8 +110,14 @@ class NvmlGpus(Gpus):
         import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no types
 
         self.nvml = pynvml
-        pynvml.nvmlInit()
-        self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        try:
+            pynvml.nvmlInit()
+            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        except pynvml.NVMLError as error:
+            raise NvmlUnavailable(
+                f"NVML does not answer on this host ({error}): it needs the NVIDIA driver; "
+                "without a GPU, run the agent with --fake-gpus N"
+            ) from None
 
     @staticmethod
     def _text(value: Any) -> str:
@@ -475,7 +485,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per beat drowns what matters
     token = arguments.token_file.read_text().strip()
     state_dir = arguments.state_dir or Path.home() / ".local" / "state" / "gqc-agent" / arguments.node
-    gpus: Gpus = FakeGpus(arguments.fake_gpus, arguments.node) if arguments.fake_gpus is not None else NvmlGpus()
+    try:
+        gpus: Gpus = FakeGpus(arguments.fake_gpus, arguments.node) if arguments.fake_gpus is not None else NvmlGpus()
+    except NvmlUnavailable as error:
+        print(f"agent: {error}.", file=sys.stderr)
+        return 2
     Agent(server=arguments.server, node=arguments.node, token=token, gpus=gpus, state_dir=state_dir).run()
     return 0
 

@@ -252,18 +252,20 @@ def mark_lost(*, node_ids: Sequence[int], now: datetime, silent_seconds: float) 
     return lost
 
 
-def prepare_local_agent(*, name: str, gpus: int) -> str:
+def prepare_local_agent(*, name: str, gpus: int, gpu_model: str = "") -> str:
     """The embedded default's local agent (CONSOLE_LOCAL_AGENT): its node, an agent node with
-    `gpus` devices, created when missing (or switched to the agent executor), and a fresh token
-    for the agent the launcher starts. Returns the token; the launcher keeps it in a 0600 file."""
+    `gpus` devices of `gpu_model`, created when missing and otherwise brought to that (executor,
+    size, model), since the agent about to register will report exactly those; and a fresh token
+    for the agent the launcher starts. Returns the token; the launcher keeps it in a 0600 file.
+    A size the quotas' guarantees forbid is refused by update_node's ValidationError."""
     from quotas.services import create_node, update_node
 
     with transaction.atomic():
         node = Node.objects.filter(name=name).first()
         if node is None:
-            created = create_node(actor=None, name=name, gpus=gpus, executor="agent", gpu_model="")
+            created = create_node(actor=None, name=name, gpus=gpus, executor="agent", gpu_model=gpu_model)
             assert isinstance(created, Node)
             node = created
-        elif node.executor != "agent":
-            node = update_node(actor=None, node=node, executor="agent")
+        elif (node.executor, node.gpus, node.gpu_model) != ("agent", gpus, gpu_model):
+            node = update_node(actor=None, node=node, executor="agent", gpus=gpus, gpu_model=gpu_model)
         return issue_node_token(actor=None, node=node)

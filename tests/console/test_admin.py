@@ -59,9 +59,7 @@ def test_rows_that_services_own_are_read_only(operator: Client, model: type) -> 
 
 def test_cancel_action_goes_through_the_service(operator: Client, make_user: Callable[..., AbstractUser]) -> None:
     job = Job.objects.get(name="train-b")
-    answer = operator.post(
-        "/admin/scheduling/job/", {"action": "cancel", "_selected_action": [job.pk]}, follow=True
-    )
+    answer = operator.post("/admin/scheduling/job/", {"action": "cancel", "_selected_action": [job.pk]}, follow=True)
     assert "Cancelled 1 job(s)." in answer.content.decode()
     job.refresh_from_db()
     assert job.state == JobState.CANCELLED

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from console.config import DEFAULT_REDIS_URL, ConfigError, database_config, redis_url
+from console.config import DEFAULT_REDIS_URL, ConfigError, database_config, local_agent_gpus, redis_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,6 +94,30 @@ def test_redis_url_default_and_validation() -> None:
         redis_url("http://x")
     with pytest.raises(ConfigError, match="the port is not a number"):
         redis_url("redis://127.0.0.1:abc/0")
+
+
+@pytest.mark.parametrize(
+    ("raw", "gpus"),
+    [
+        pytest.param("", 2, id="unset-two-stand-ins"),
+        pytest.param("4", 4, id="stand-ins"),
+        pytest.param(" 64 ", 64, id="the-most-a-node-has"),
+        pytest.param("nvml", None, id="the-hosts-own"),
+        pytest.param("NVML", None, id="any-case"),
+    ],
+)
+def test_the_local_agents_gpus_are_stand_ins_or_the_hosts_own(raw: str, gpus: int | None) -> None:
+    assert local_agent_gpus(raw) == gpus
+
+
+@pytest.mark.parametrize("raw", ["0", "65", "-1", "2.5", "cuda", "all"])
+def test_other_local_agent_gpus_are_one_sentence(raw: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        local_agent_gpus(raw)
+    assert str(raised.value) == (
+        "CONSOLE_LOCAL_AGENT_GPUS must be a whole number of stand-in GPUs from 1 to 64, "
+        f"or nvml for this host's own GPUs; got {raw!r}."
+    )
 
 
 def _manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from console.embedded_redis import free_port
+from tests.checkout import fresh_checkout
 
 ROOT = Path(__file__).resolve().parents[2]
 HEALTHY_WITHIN_SECONDS = 180
@@ -41,19 +42,6 @@ class Launched:
         return self.log.read_text(errors="replace")
 
 
-def _fresh_checkout(target: Path) -> Path:
-    files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.splitlines()
-    for name in files:
-        source = ROOT / name
-        if source.is_file():
-            destination = target / name
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            destination.write_bytes(source.read_bytes())
-    return target
-
-
 def _health(port: int) -> tuple[int, dict[str, str]]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=3) as response:
@@ -66,7 +54,7 @@ def _health(port: int) -> tuple[int, dict[str, str]]:
 
 def _launch(tmp_path: Path, **extra_env: str) -> Launched:
     """The launcher in a fresh copy of the working tree (no var/, no .venv), as `bin/run` starts it."""
-    checkout = _fresh_checkout(tmp_path / "checkout")
+    checkout = fresh_checkout(tmp_path / "checkout")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "PYTEST_XDIST_WORKER"}}
     env.update(

@@ -393,6 +393,50 @@ def test_the_embedded_defaults_local_agent_gets_an_agent_node_and_a_fresh_token(
     assert _node_client(second).post(HEARTBEAT, {"node": "local", "processes": []}, format="json").status_code == 200
     command = _local_agent_command(8123, "127.0.0.1", 2)
     assert command[1:3] == ["-m", "gqc.agent"] and "--fake-gpus" in command and "http://127.0.0.1:8123" in command
+    assert "--fake-gpus" not in _local_agent_command(8123, "127.0.0.1", None)  # CONSOLE_LOCAL_AGENT_GPUS=nvml
+
+
+def test_the_local_node_takes_the_size_and_model_its_agent_will_register(db: None) -> None:
+    # Started once on stand-ins, then on a host's own GPUs (CONSOLE_LOCAL_AGENT_GPUS=nvml):
+    # the node must match, or the registration would cordon it.
+    from quotas.node_agents import prepare_local_agent
+
+    prepare_local_agent(name="local", gpus=2)
+    token = prepare_local_agent(name="local", gpus=4, gpu_model="NVIDIA H200")
+    node = Node.objects.get(name="local")
+    assert (node.gpus, node.gpu_model) == (4, "NVIDIA H200")
+    assert list(node.devices.order_by("index").values_list("index", "model")) == [(i, "NVIDIA H200") for i in range(4)]
+    devices = [{"index": i, "uuid": f"GPU-{i}", "model": "NVIDIA H200", "memory_mib": 143_771} for i in range(4)]
+    registered = _node_client(token).post(REGISTER, {"node": "local", "gpus": devices}, format="json")
+    assert registered.status_code == 200 and registered.json()["mismatch"] == []
+
+
+def test_a_local_node_the_guarantees_need_is_not_shrunk(db: None) -> None:
+    from django.core.exceptions import ValidationError
+
+    from quotas.node_agents import prepare_local_agent
+    from quotas.services import create_quota
+
+    prepare_local_agent(name="local", gpus=4)
+    create_quota(actor=None, name="team-a", gpus=4)
+    with pytest.raises(ValidationError):
+        prepare_local_agent(name="local", gpus=1)
+    assert Node.objects.get(name="local").gpus == 4
+
+
+def test_without_nvml_the_launcher_says_so_in_one_sentence() -> None:
+    from console.launcher import LaunchError, _local_agent_gpus
+    from gqc.agent import NvmlGpus, NvmlUnavailable
+
+    try:
+        NvmlGpus()
+    except NvmlUnavailable:
+        pass
+    else:
+        pytest.skip("this host has NVML: benchmarks/agent_gpu_check.py checks it")
+    with pytest.raises(LaunchError, match=r"^CONSOLE_LOCAL_AGENT_GPUS is nvml, but NVML does not answer on this host"):
+        _local_agent_gpus(None)
+    assert _local_agent_gpus(3) == (3, "", "3 fake GPUs")
 
 
 # --- GPU samples: stored by telemetry after the beat -------------------------------------------------
