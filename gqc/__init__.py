@@ -3,3 +3,6 @@
 It talks to the console only over HTTP, with the token `gqc login` stored, so it runs on any
 machine that can reach the console and imports nothing of the server's code.
 """
+
+# The package's one version (pyproject.toml reads it); the node agent reports it at registration.
+__version__ = "0.1.0"

@@ -37,6 +37,8 @@ from typing import Any
 
 import httpx
 
+from gqc import __version__
+
 logger = logging.getLogger("gqc.agent")
 
 # What one beat ships per process, within the console's bounds (quotas.bounds AGENT_*).
@@ -407,7 +409,9 @@ class Agent:
         return body, offsets
 
     def register(self) -> dict[str, Any]:
-        answer = self.client.post("/api/v1/agent/register/", json={"node": self.node, "gpus": self.gpus.devices()})
+        answer = self.client.post(
+            "/api/v1/agent/register/", json={"node": self.node, "version": __version__, "gpus": self.gpus.devices()}
+        )
         answer.raise_for_status()
         registration: dict[str, Any] = answer.json()
         self.heartbeat_seconds = float(registration.get("heartbeat_seconds", self.heartbeat_seconds))

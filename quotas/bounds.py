@@ -55,6 +55,7 @@ ROLE_PERMISSIONS_MAX: Final = 10
 # The node agent's reports (AGENT.md): a beat carries at most this much, whatever the host runs.
 AGENT_PROCESSES_MAX: Final = 1_024  # processes one agent reports in one beat
 AGENT_DEVICE_UUID_MAX_LENGTH: Final = 100
+AGENT_VERSION_MAX_LENGTH: Final = 40  # NodeAgent.version's column
 AGENT_DEVICE_MEMORY_MIB_MAX: Final = 10_000_000
 AGENT_LOG_LINES_PER_BEAT: Final = 200  # new lines of one process's output per beat
 AGENT_LOG_LINE_MAX_LENGTH: Final = 2_000

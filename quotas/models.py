@@ -172,6 +172,10 @@ class NodeAgent(models.Model):
     token_issued_at = models.DateTimeField()
     registered_at = models.DateTimeField(null=True, blank=True)
     registered_devices = models.JSONField(default=list, blank=True)
+    # As the kubelet's in `kubectl get nodes`: which agent runs where, while a fleet is upgraded.
+    version = models.CharField(
+        max_length=40, blank=True, default="", help_text="The agent's, at its last registration."
+    )
     lost_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:

@@ -142,7 +142,9 @@ def _mismatch(known: dict[int, str], reported: Sequence[ReportedDevice]) -> list
     return problems
 
 
-def register_agent(*, agent: NodeAgent, devices: Sequence[ReportedDevice], now: datetime | None = None) -> Registration:
+def register_agent(
+    *, agent: NodeAgent, devices: Sequence[ReportedDevice], version: str = "", now: datetime | None = None
+) -> Registration:
     """Reconcile the host's GPUs with the node's devices. A mismatch is audited and cordons the node:
     the scheduler must not place on devices that are not there, and an admin decides what is right."""
     now = now or timezone.now()
@@ -155,8 +157,8 @@ def register_agent(*, agent: NodeAgent, devices: Sequence[ReportedDevice], now: 
         reported: list[dict[str, Any]] = [
             {"index": d.index, "uuid": d.uuid, "model": d.model, "memory_mib": d.memory_mib} for d in devices
         ]
-        NodeAgent.objects.filter(pk=agent.pk).update(registered_at=now, registered_devices=reported)
-        agent.registered_at, agent.registered_devices = now, reported
+        NodeAgent.objects.filter(pk=agent.pk).update(registered_at=now, registered_devices=reported, version=version)
+        agent.registered_at, agent.registered_devices, agent.version = now, reported, version
         cordoned = False
         if problems:
             audit.record(

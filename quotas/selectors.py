@@ -153,7 +153,7 @@ def visible_nodes(user: Viewer) -> QuerySet[Node]:
 
 
 def node_list(*, user: Viewer = None) -> QuerySet[Node]:
-    return visible_nodes(user).order_by("id")
+    return visible_nodes(user).select_related("agent").order_by("id")
 
 
 def audit_log(

@@ -244,6 +244,13 @@ class LabelsField(serializers.DictField):
 class NodeSerializer(JsonTypedMixin, serializers.ModelSerializer[Node]):
     labels = LabelsField(required=False)
     dry_run = serializers.BooleanField(write_only=True, required=False, default=False)
+    agent_version = serializers.SerializerMethodField(
+        help_text="The version its node agent gave at its last registration; empty for none."
+    )
+
+    def get_agent_version(self, node: Node) -> str:
+        agent = getattr(node, "agent", None)  # the reverse one-to-one raises when there is none
+        return agent.version if agent is not None else ""
 
     class Meta:
         model = Node
@@ -258,6 +265,7 @@ class NodeSerializer(JsonTypedMixin, serializers.ModelSerializer[Node]):
             "state",
             "executor",
             "last_heartbeat",
+            "agent_version",
             "dry_run",
         ]
         read_only_fields = ["id", "last_heartbeat"]

@@ -42,6 +42,13 @@ class AgentRegisterSerializer(JsonTypedMixin, serializers.Serializer[dict[str, A
     node = serializers.CharField(
         help_text="The node this agent runs on; must be the node of the token.", **text("node", bounds.NAME_MAX_LENGTH)
     )
+    version = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="The agent's own version (gqc's); the Nodes page and the nodes API show it.",
+        **text("version", bounds.AGENT_VERSION_MAX_LENGTH, blank=True),
+    )
     gpus = serializers.ListField(
         child=AgentDeviceSerializer(),
         max_length=bounds.NODE_GPUS_MAX,
@@ -184,7 +191,9 @@ class AgentRegisterView(_AgentView):
         agent = _own_node(request, serializer.validated_data["node"])
         try:
             registration = register_agent(
-                agent=agent, devices=[ReportedDevice(**gpu) for gpu in serializer.validated_data["gpus"]]
+                agent=agent,
+                devices=[ReportedDevice(**gpu) for gpu in serializer.validated_data["gpus"]],
+                version=serializer.validated_data["version"],
             )
         except NodeTokenRevoked:
             raise AuthenticationFailed(REVOKED) from None

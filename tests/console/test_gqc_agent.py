@@ -63,6 +63,20 @@ def test_the_devices_are_numbered_as_nvml_numbers_them(tmp_path: Path) -> None:
     assert (tmp_path / "out").read_text() == "PCI_BUS_ID\n"
 
 
+def test_the_agent_registers_with_the_packages_version(tmp_path: Path) -> None:
+    import tomllib
+
+    import gqc
+
+    agent, sent = _agent(tmp_path)
+    agent.register()
+    assert sent[0]["version"] == gqc.__version__
+    # pip's metadata comes from the same attribute, so what `pip show` says is what the console shows.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["dynamic"] == ["version"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "gqc.__version__"}
+
+
 def test_the_log_shipped_per_beat_is_bounded(tmp_path: Path) -> None:
     agent, sent = _agent(tmp_path)
     agent.start(_start(2, f"seq 1 {LOG_LINES_PER_BEAT + 50}"))

@@ -35,7 +35,10 @@ QUOTA_FIELDS = {
     "min_runtime_seconds",
     "status",
 }
-NODE_FIELDS = {"id", "name", "gpus", "cpu", "memory_gib", "gpu_model", "labels", "state", "executor", "last_heartbeat"}
+NODE_FIELDS = {
+    *("id", "name", "gpus", "cpu", "memory_gib", "gpu_model", "labels", "state", "executor", "last_heartbeat"),
+    "agent_version",  # read-only: what its node agent registered with (docs/agent.md)
+}
 
 
 def call(client: APIClient, method: str, path: str, body: dict[str, Any] | None = None) -> Any:

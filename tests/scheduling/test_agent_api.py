@@ -164,6 +164,29 @@ def test_a_matching_registration_leaves_the_node_ready(agent_cluster: Cluster) -
     assert NodeAgent.objects.get(node__name="gpu-1").registered_devices[7]["uuid"] == "GPU-fake-7"
 
 
+def test_the_agents_version_shows_in_the_nodes_api_and_page(agent_cluster: Cluster, platform_admin: Any) -> None:
+    from django.test import Client
+
+    registered = {"node": "gpu-1", "version": "0.1.0", "gpus": _gpus(8)}
+    assert _node_client(_token("gpu-1")).post(REGISTER, registered, format="json").status_code == 200
+    api = APIClient()
+    api.force_authenticate(platform_admin)
+    versions = {node["name"]: node["agent_version"] for node in api.get("/api/v1/nodes/").json()["results"]}
+    assert versions.pop("gpu-1") == "0.1.0"
+    assert set(versions.values()) == {""}  # the others have not registered (gpu-2 has no token yet)
+    page = Client()
+    page.force_login(platform_admin)
+    assert "Registered 8 GPUs · Agent 0.1.0" in page.get("/nodes/").content.decode()
+
+
+def test_a_version_beyond_its_bound_is_refused_naming_it(agent_cluster: Cluster) -> None:
+    registered = {"node": "gpu-1", "version": "9" * 41, "gpus": _gpus(8)}
+    answer = _node_client(_token("gpu-1")).post(REGISTER, registered, format="json")
+    assert answer.status_code == 400
+    assert answer.json() == {"version": ["version has at most 40 characters."]}
+    assert NodeAgent.objects.get(node__name="gpu-1").registered_at is None
+
+
 def test_a_missing_gpu_is_audited_and_cordons_the_node(agent_cluster: Cluster) -> None:
     answer = _node_client(_token("gpu-1")).post(REGISTER, {"node": "gpu-1", "gpus": _gpus(7)}, format="json")
     assert answer.status_code == 200, answer.content
