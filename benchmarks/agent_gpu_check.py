@@ -57,6 +57,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.console_process import running_console
+from gqc import __version__
 from gqc.agent import FakeGpus, Gpus, NvmlGpus
 
 # The node bin/run gives its local agent; this script's own agent takes the same name.
@@ -292,7 +293,7 @@ def running_agent(url: str, scratch: Path, node_token: str, fake_gpus: int | Non
 
 
 def check_registration(report: Report, devices: list[dict[str, Any]]) -> None:
-    from quotas.models import Node
+    from quotas.models import Node, NodeAgent
 
     registered = wait_for(registered_devices, seconds=60, what="the agent registered")
     node = Node.objects.get(name=NODE)
@@ -303,6 +304,8 @@ def check_registration(report: Report, devices: list[dict[str, Any]]) -> None:
         "; ".join(f"{d['index']}: {d['model']} {d['uuid']} {d['memory_mib']} MiB" for d in registered),
     )
     report.check("node ready, not cordoned", node.state == "ready", f"state {node.state}")
+    version = NodeAgent.objects.get(node=node).version
+    report.check("the agent's version is recorded", version == __version__, f"agent {version}")
 
 
 def check_which_device(report: Report, api: Api, nvidia_smi: bool) -> None:

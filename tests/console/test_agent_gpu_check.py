@@ -39,6 +39,7 @@ def test_the_gpu_host_check_passes_on_stand_in_devices(tmp_path: Path, agent: li
     for check in (
         "| registration matches NVML | ok | 0: GPU-fake-local-0 81920 MiB |",
         "| node ready, not cordoned | ok |",
+        "| the agent's version is recorded | ok |",
         "| CUDA_VISIBLE_DEVICES is the placed device | ok | visible=0 order=PCI_BUS_ID |",
         "| utilisation rises while it computes | ok |",
         "| the fraction reaches the environment | ok | fraction=0.5 memory_mib=40960 |",

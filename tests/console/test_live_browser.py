@@ -18,6 +18,7 @@ from channels.routing import ProtocolTypeRouter
 from django.contrib.auth.models import AbstractUser
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
+from django.db import connections
 from playwright.sync_api import Page, expect
 from rest_framework.test import APIClient
 
@@ -95,7 +96,10 @@ def cancel_through_the_api(user: AbstractUser, job: Job) -> None:
     def cancel() -> None:
         client = APIClient()
         client.force_authenticate(user=user)
-        answers.append(client.post(f"/api/v1/jobs/{job.pk}/cancel/", {}, format="json").status_code)
+        try:
+            answers.append(client.post(f"/api/v1/jobs/{job.pk}/cancel/", {}, format="json").status_code)
+        finally:
+            connections.close_all()  # this thread's own: a pooled connection left open is a slot lost
 
     canceller = threading.Thread(target=cancel)
     canceller.start()

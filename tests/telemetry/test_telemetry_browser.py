@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import AbstractUser
+from django.db import connections
 from playwright.sync_api import Page, expect
 
 from quotas import services as quota_services
@@ -33,7 +34,16 @@ def in_a_thread(write: Callable[[], Any]) -> None:
     """Publishing after commit uses async_to_sync, which refuses to run in the thread of
     Playwright's event loop; another client writes, as in production."""
     done: list[Any] = []
-    worker = threading.Thread(target=lambda: done.append(write()))
+
+    def run() -> None:
+        try:
+            done.append(write())
+        finally:
+            # This thread's own connection goes back to the pool: on PostgreSQL each one left
+            # behind takes a slot of the worker's pool for good, and late in a run it ran dry.
+            connections.close_all()
+
+    worker = threading.Thread(target=run)
     worker.start()
     worker.join(timeout=20)
     assert done, "the write did not finish"
