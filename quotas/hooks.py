@@ -38,6 +38,8 @@ PreviewProvider = Callable[[], Preview]
 # A guard answers why the object may not be deleted, or None when nothing holds it.
 QuotaDeleteGuard = Callable[[Quota], str | None]
 NodeDeleteGuard = Callable[[Node], str | None]
+# (node, its new number of GPUs): why devices at that index and above must stay, or None.
+NodeShrinkGuard = Callable[[Node, int], str | None]
 # Narrows a queryset of quotas to those the user may see.
 QuotaVisibility = Callable[[QuerySet[Quota], AbstractBaseUser | AnonymousUser | None], QuerySet[Quota]]
 
@@ -65,6 +67,7 @@ _status_provider: StatusProvider | None = None
 _preview_provider: PreviewProvider | None = None
 _quota_delete_guards: list[QuotaDeleteGuard] = []
 _node_delete_guards: list[NodeDeleteGuard] = []
+_node_shrink_guards: list[NodeShrinkGuard] = []
 
 
 def register_status_provider(provider: StatusProvider | None) -> StatusProvider | None:
@@ -101,6 +104,16 @@ def unregister_node_delete_guard(guard: NodeDeleteGuard) -> None:
         _node_delete_guards.remove(guard)
 
 
+def register_node_shrink_guard(guard: NodeShrinkGuard) -> None:
+    if guard not in _node_shrink_guards:
+        _node_shrink_guards.append(guard)
+
+
+def unregister_node_shrink_guard(guard: NodeShrinkGuard) -> None:
+    if guard in _node_shrink_guards:
+        _node_shrink_guards.remove(guard)
+
+
 def quota_status(quotas: Iterable[Quota]) -> dict[int, QuotaStatus]:
     """Status per quota id; zeros while no scheduler is registered."""
     quota_list = list(quotas)
@@ -126,3 +139,8 @@ def quota_delete_blockers(quota: Quota) -> list[str]:
 
 def node_delete_blockers(node: Node) -> list[str]:
     return [reason for guard in _node_delete_guards if (reason := guard(node))]
+
+
+def node_shrink_blockers(node: Node, gpus: int) -> list[str]:
+    """Reasons from the registered guards why `node` cannot go down to `gpus` GPUs."""
+    return [reason for guard in _node_shrink_guards if (reason := guard(node, gpus))]

@@ -49,3 +49,4 @@ class SchedulingConfig(AppConfig):
         if hasattr(hooks, "register_quota_delete_guard"):
             hooks.register_quota_delete_guard(providers.quota_delete_guard)
             hooks.register_node_delete_guard(providers.node_delete_guard)
+            hooks.register_node_shrink_guard(providers.node_shrink_guard)

@@ -66,6 +66,24 @@ def quota_delete_guard(quota: Quota) -> str | None:
     return None
 
 
+def node_shrink_guard(node: Node, gpus: int) -> str | None:
+    """SCHEDULING.md: never more GPUs on a node than it has. A job holding a device that an edit
+    would remove keeps the node at its size; the admin drains it, or waits, first."""
+    placements = ReplicaPlacementRecord.objects.filter(node=node, job__state__in=HOLDING_STATES)
+    held: dict[int, set[str]] = {}
+    for devices, job in placements.values_list("devices", "job__name"):
+        for index in devices:
+            if int(index) >= gpus:
+                held.setdefault(int(index), set()).add(str(job))
+    if not held:
+        return None
+    taken = "; ".join(f"GPU {index} by {', '.join(sorted(held[index]))}" for index in sorted(held))
+    return (
+        f"{node.name} cannot go down to {gpus} GPUs while jobs hold the GPUs it would lose ({taken}); "
+        "drain the node, or let them end, first"
+    )
+
+
 def node_delete_guard(node: Node) -> str | None:
     holding = ReplicaPlacementRecord.objects.filter(node=node, job__state__in=HOLDING_STATES).values("job").distinct()
     count = holding.count()

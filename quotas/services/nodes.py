@@ -300,6 +300,9 @@ def _update_node_change(*, actor: Actor, node: Node, changes: NodeChanges) -> Ca
                 setattr(current, field, value)
             errors = _Errors()
             _check_node(current, errors)
+            if current.gpus < before["gpus"]:
+                for reason in hooks.node_shrink_blockers(current, current.gpus):
+                    errors.add("gpus", reason)
             if "name" in changes and Node.objects.filter(name=current.name).exclude(pk=current.pk).exists():
                 errors.add("name", f"A node named {current.name!r} already exists; node names are unique.")
             errors.raise_if_any()
