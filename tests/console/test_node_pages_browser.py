@@ -13,7 +13,9 @@ from django.contrib.auth.models import AbstractUser
 from playwright.sync_api import Page, expect
 from pytest_django.live_server_helper import LiveServer
 
-from quotas.models import Node, NodeState
+from quotas.models import Node, NodeAgent, NodeState
+from quotas.node_agents import ReportedDevice, issue_node_token, register_agent
+from quotas.services import update_node
 from scheduling.models import Job
 from tests.console.conftest import check_accessibility, quota_id
 
@@ -66,18 +68,33 @@ def test_cordon_a_node_from_the_nodes_page(
     assert Job.objects.get(name="train-b").state == "running"
 
 
+def registered_agent_node(busy: str) -> str:
+    """An idle node handed to a node agent that registered its GPUs and its version."""
+    node = Node.objects.exclude(name=busy).filter(placements__isnull=True).order_by("name").first()
+    assert node is not None
+    node = update_node(actor=None, node=node, executor="agent")
+    issue_node_token(actor=None, node=node)
+    devices = [ReportedDevice(index=i, uuid=f"GPU-{i}", model="", memory_mib=81_559) for i in range(node.gpus)]
+    register_agent(agent=NodeAgent.objects.get(node=node), devices=devices, version="0.1.0")
+    return node.name
+
+
 def test_drain_preview_and_screenshots(
     live_server: LiveServer, pai_world: dict[str, AbstractUser], browser_page: Page, sign_in: SignIn
 ) -> None:
     page = browser_page
     sign_in(page, "platform-admin")
     name = busy_node()
+    agent_node = registered_agent_node(name)
     SHOTS.mkdir(parents=True, exist_ok=True)
     for scheme in ("light", "dark"):
         page.emulate_media(color_scheme=scheme)
         for width in (1280, 390):
             page.set_viewport_size({"width": width, "height": 900})
             page.goto(f"{live_server.url}/nodes/")
+            expect(page.locator(f"section[data-node='{agent_node}']").get_by_test_id("node-agent")).to_contain_text(
+                "Registered 8 GPUs · Agent 0.1.0"
+            )
             check_accessibility(page)
             page.screenshot(path=str(SHOTS / f"nodes-{width}-{scheme}.png"), full_page=True)
             scroll_width = page.evaluate("document.documentElement.scrollWidth")
