@@ -259,7 +259,7 @@ def prepare_local_agent(*, name: str, gpus: int, gpu_model: str = "") -> str:
     `gpus` devices of `gpu_model`, created when missing and otherwise brought to that (executor,
     size, model), since the agent about to register will report exactly those; and a fresh token
     for the agent the launcher starts. Returns the token; the launcher keeps it in a 0600 file.
-    A size the quotas' guarantees forbid is refused by update_node's ValidationError."""
+    A size that the quotas' guarantees or the jobs on its GPUs forbid is update_node's ValidationError."""
     from quotas.services import create_node, update_node
 
     with transaction.atomic():
