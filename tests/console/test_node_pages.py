@@ -133,6 +133,20 @@ def test_add_and_edit_a_node(pai_world: dict[str, AbstractUser]) -> None:
     assert "Runs jobs with must be Simulated or Node agent." in unknown.content.decode()
 
 
+def test_edit_node_keeps_the_gpus_a_job_holds(pai_world: dict[str, AbstractUser]) -> None:
+    client = client_as(pai_world, "platform-admin")
+    quota_services.create_node(actor=None, name="gpu-5", gpus=8)  # room for Quota1's 32, so only the job refuses
+    name = node_of("train-b")
+    node = Node.objects.get(name=name)
+    fields = {"name": name, "gpus": "4", "executor": "simulated", "labels": ""}
+    refused = client.post(f"/nodes/{node.pk}/edit/", {**fields, "step": "preview"}).content.decode()
+    assert (
+        f"{name} cannot go down to 4 GPUs while jobs hold the GPUs it would lose "
+        "(GPU 4 by train-b; GPU 5 by train-b; GPU 6 by train-b; GPU 7 by train-b)"
+    ) in refused
+    assert Node.objects.get(pk=node.pk).gpus == 8
+
+
 def test_edit_node_hands_a_node_to_its_agent_and_back(pai_world: dict[str, AbstractUser]) -> None:
     client = client_as(pai_world, "platform-admin")
     node = Node.objects.get(name="gpu-4")
