@@ -40,6 +40,8 @@ QuotaDeleteGuard = Callable[[Quota], str | None]
 NodeDeleteGuard = Callable[[Node], str | None]
 # (node, its new number of GPUs): why devices at that index and above must stay, or None.
 NodeShrinkGuard = Callable[[Node, int], str | None]
+# Waits for the scheduler's commit in flight and holds the next back (scheduling.providers).
+CommitTurn = Callable[[], None]
 # Narrows a queryset of quotas to those the user may see.
 QuotaVisibility = Callable[[QuerySet[Quota], AbstractBaseUser | AnonymousUser | None], QuerySet[Quota]]
 
@@ -68,6 +70,7 @@ _preview_provider: PreviewProvider | None = None
 _quota_delete_guards: list[QuotaDeleteGuard] = []
 _node_delete_guards: list[NodeDeleteGuard] = []
 _node_shrink_guards: list[NodeShrinkGuard] = []
+_commit_turn: CommitTurn | None = None
 
 
 def register_status_provider(provider: StatusProvider | None) -> StatusProvider | None:
@@ -112,6 +115,20 @@ def register_node_shrink_guard(guard: NodeShrinkGuard) -> None:
 def unregister_node_shrink_guard(guard: NodeShrinkGuard) -> None:
     if guard in _node_shrink_guards:
         _node_shrink_guards.remove(guard)
+
+
+def register_commit_turn(turn: CommitTurn | None) -> CommitTurn | None:
+    """Returns the previous one, so a test can put it back."""
+    global _commit_turn
+    previous, _commit_turn = _commit_turn, turn
+    return previous
+
+
+def take_commit_turn() -> None:
+    """First in an inventory change that guards placements (a node shrunk or deleted): no
+    scheduling commit places on the node between the guard's read and this change's commit."""
+    if _commit_turn is not None:
+        _commit_turn()
 
 
 def quota_status(quotas: Iterable[Quota]) -> dict[int, QuotaStatus]:

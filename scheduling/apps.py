@@ -50,3 +50,4 @@ class SchedulingConfig(AppConfig):
             hooks.register_quota_delete_guard(providers.quota_delete_guard)
             hooks.register_node_delete_guard(providers.node_delete_guard)
             hooks.register_node_shrink_guard(providers.node_shrink_guard)
+            hooks.register_commit_turn(providers.commit_turn)

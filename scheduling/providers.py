@@ -13,7 +13,7 @@ from quotas.hooks import Preview, QuotaStatus
 from quotas.models import Node, Quota
 from scheduling import engine
 from scheduling.clock import get_clock
-from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, ReplicaPlacementRecord
+from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, ReplicaPlacementRecord, SchedulerFence
 from scheduling.selectors import build_snapshot, quota_status_summary
 
 
@@ -68,7 +68,8 @@ def quota_delete_guard(quota: Quota) -> str | None:
 
 def node_shrink_guard(node: Node, gpus: int) -> str | None:
     """SCHEDULING.md: never more GPUs on a node than it has. A job holding a device that an edit
-    would remove keeps the node at its size; the admin drains it, or waits, first."""
+    would remove keeps the node at its size; the admin drains it, or waits, first. The edit took
+    its turn with the cycles' commits first (`commit_turn`), so no commit places meanwhile."""
     placements = ReplicaPlacementRecord.objects.filter(node=node, job__state__in=HOLDING_STATES)
     held: dict[int, set[str]] = {}
     for devices, job in placements.values_list("devices", "job__name"):
@@ -82,6 +83,14 @@ def node_shrink_guard(node: Node, gpus: int) -> str | None:
         f"{node.name} cannot go down to {gpus} GPUs while jobs hold the GPUs it would lose ({taken}); "
         "drain the node, or let them end, first"
     )
+
+
+def commit_turn() -> None:
+    """Wait for a cycle's commit in flight, and hold the next one back until this transaction
+    ends. A commit's first write locks the fence row (scheduling.cycle), so locking it here
+    first, before the inventory's own rows, keeps one order of locks and no deadlock; the commit
+    that comes after reads the edited node when it checks its placements."""
+    list(SchedulerFence.objects.select_for_update().filter(pk=SchedulerFence.SINGLETON_ID).values_list("pk"))
 
 
 def node_delete_guard(node: Node) -> str | None:

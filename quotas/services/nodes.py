@@ -293,6 +293,8 @@ def _update_node_change(*, actor: Actor, node: Node, changes: NodeChanges) -> Ca
         if unknown:
             raise ValidationError({field: f"{field} is not a field of a node." for field in sorted(unknown)})
         with transaction.atomic():
+            if "gpus" in changes:  # fewer, perhaps: known only under the locks, which must come after
+                hooks.take_commit_turn()
             tree = _Tree.locked(node.pool_id)
             current = Node.objects.select_for_update().get(pk=node.pk)
             before = node_snapshot(current)
@@ -368,6 +370,7 @@ def _delete_node_change(*, actor: Actor, node: Node) -> Callable[[], None]:
 
     def apply() -> None:
         with transaction.atomic():
+            hooks.take_commit_turn()  # before the inventory's locks: the commit takes it first too
             tree = _Tree.locked(node.pool_id)
             current = Node.objects.select_for_update().get(pk=node.pk)
             errors = _Errors()

@@ -1,4 +1,5 @@
-"""Real concurrent transactions on PostgreSQL: two cycles at once never double-book a GPU."""
+"""Real concurrent transactions on PostgreSQL: two cycles at once never double-book a GPU, and a
+node edited while a cycle commits never loses a GPU the commit places on."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db import connection, connections
 
+from quotas.models import Node
+from quotas.services import update_node
+from scheduling import cycle as cycle_module
 from scheduling import engine
 from scheduling.clock import get_clock
 from scheduling.cycle import CycleOutcome, decide_and_commit, run_cycle
@@ -123,3 +128,49 @@ def test_the_advisory_lock_is_held_by_one_connection_at_a_time(settings: Any) ->
     assert refused == "lock_busy"
     assert holder
     assert connection.vendor == "postgresql"
+
+
+def test_a_node_shrunk_while_a_cycle_commits_keeps_the_gpus_it_places_on(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """The cycle has placed a job on GPUs 2 and 3 and not yet committed when an edit takes the
+    node down to 2 GPUs: the edit waits for the commit, then sees the job and is refused."""
+    settings.SCHEDULER_TRIGGER = "none"
+    cluster = build_cluster(node_gpus=(4,), tree=(("Quota1", None, 0), ("team-a", "Quota1", 0)))
+    cluster.submit("pair", gpus=2, command="sleep 60")
+    decide_and_commit(
+        lease=CycleLease(token=issue_token(), holder="first", backend="none"), trigger="t", now=get_clock().now()
+    )
+    cluster.submit("second-pair", gpus=2, command="sleep 60")
+    placed = threading.Event()
+    real = cycle_module._record_allocations
+
+    def record_then_linger(*args: Any, **kwargs: Any) -> None:
+        real(*args, **kwargs)
+        placed.set()
+        threading.Event().wait(1.0)  # the commit stays open while the edit runs
+
+    monkeypatch.setattr("scheduling.cycle._record_allocations", record_then_linger)
+
+    def race(number: int) -> str:
+        if number == 0:
+            outcome = decide_and_commit(
+                lease=CycleLease(token=issue_token(), holder="second", backend="none"),
+                trigger="t",
+                now=get_clock().now(),
+            )
+            return f"committed={outcome.committed}"
+        assert placed.wait(timeout=20)
+        try:
+            update_node(actor=None, node=Node.objects.get(name="gpu-1"), gpus=2)
+        except ValidationError as refused:
+            return " ".join(refused.messages)
+        return "shrunk"
+
+    committed, edit = in_threads(2, race)
+    assert committed == "committed=True"
+    assert edit.startswith(
+        "gpu-1 cannot go down to 2 GPUs while jobs hold the GPUs it would lose (GPU 2 by second-pair"
+    )
+    assert Node.objects.get(name="gpu-1").gpus == 4
+    assert max(devices_booked()) == (Node.objects.get(name="gpu-1").pk, 3)
