@@ -58,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.console_process import running_console
 from gqc import __version__
-from gqc.agent import FakeGpus, Gpus, NvmlGpus
+from gqc.agent import FakeGpus, Gpus, NvmlGpus, command_line
 
 # The node bin/run gives its local agent; this script's own agent takes the same name.
 NODE = "local"
@@ -278,10 +278,9 @@ def running_agent(url: str, scratch: Path, node_token: str, fake_gpus: int | Non
     the console it talks to."""
     token_file = scratch / "node.token"
     token_file.write_text(node_token)
-    command = [sys.executable, "-m", "gqc.agent", "--server", url, "--node", NODE, "--token-file", str(token_file)]
-    command += ["--state-dir", str(scratch / "state")]
-    if fake_gpus is not None:
-        command += ["--fake-gpus", str(fake_gpus)]
+    command = command_line(
+        server=url, node=NODE, token_file=token_file, state_dir=scratch / "state", fake_gpus=fake_gpus
+    )
     with (scratch / "agent.log").open("ab") as log:
         agent = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1], stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -137,21 +137,15 @@ def _local_agent_gpus(gpus: int | None) -> tuple[int, str, str]:
 
 def _local_agent_command(port: int, host: str, gpus: int | None) -> list[str]:
     """The agent's command line: `gpus` stand-ins, or (None) the host's GPUs through NVML."""
-    stand_ins = ["--fake-gpus", str(gpus)] if gpus is not None else []
-    return [
-        sys.executable,
-        "-m",
-        "gqc.agent",
-        "--server",
-        f"http://{host}:{port}",
-        "--node",
-        LOCAL_AGENT_NODE,
-        "--token-file",
-        str(LOCAL_AGENT_DIR / "local.token"),
-        *stand_ins,
-        "--state-dir",
-        str(LOCAL_AGENT_DIR / "state"),
-    ]
+    from gqc.agent import command_line
+
+    return command_line(
+        server=f"http://{host}:{port}",
+        node=LOCAL_AGENT_NODE,
+        token_file=LOCAL_AGENT_DIR / "local.token",
+        state_dir=LOCAL_AGENT_DIR / "state",
+        fake_gpus=gpus,
+    )
 
 
 # One web process is the embedded default: SQLite takes one writer at a time, so more processes

@@ -471,6 +471,26 @@ def beat_delay(heartbeat_seconds: float) -> float:
     return heartbeat_seconds * random.uniform(1 - BEAT_JITTER, 1 + BEAT_JITTER)
 
 
+def command_line(*, server: str, node: str, token_file: Path, state_dir: Path, fake_gpus: int | None) -> list[str]:
+    """How to start an agent from Python (the launcher's local agent, the checks, the tests):
+    `fake_gpus` stand-ins, or (None) the host's GPUs through NVML."""
+    stand_ins = ["--fake-gpus", str(fake_gpus)] if fake_gpus is not None else []
+    return [
+        sys.executable,
+        "-m",
+        "gqc.agent",
+        "--server",
+        server,
+        "--node",
+        node,
+        "--token-file",
+        str(token_file),
+        *stand_ins,
+        "--state-dir",
+        str(state_dir),
+    ]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agent", description="The GPU Quota Console node agent (AGENT.md).")
     parser.add_argument("--server", required=True, help="The console's URL, e.g. https://console.example.org")

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from django.utils import timezone
 from pytest_django.live_server_helper import LiveServer
 
 from console.services import issue_token
+from gqc.agent import command_line
 from quotas.models import Node, NodeExecutor, NodeState
 from quotas.node_agents import issue_node_token
 from scheduling import services
@@ -64,21 +64,9 @@ class Agents:
         if issue:
             token_file.write_text(unlocked(lambda: issue_node_token(actor=None, node=Node.objects.get(name=node))))
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gqc.agent",
-                "--server",
-                self.url,
-                "--node",
-                node,
-                "--token-file",
-                str(token_file),
-                "--fake-gpus",
-                str(gpus),
-                "--state-dir",
-                str(self.state_dir(node)),
-            ],
+            command_line(
+                server=self.url, node=node, token_file=token_file, state_dir=self.state_dir(node), fake_gpus=gpus
+            ),
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=open(self.tmp_path / f"{node}.agent.log", "ab"),  # noqa: SIM115 - the child keeps it
