@@ -69,16 +69,22 @@ HEARTBEAT_SECONDS = 1.0
 WHICH_DEVICE = 'echo "visible=$CUDA_VISIBLE_DEVICES order=$CUDA_DEVICE_ORDER"; {nvidia_smi}; sleep 3'
 
 # The job's own Python: the host's, with its PyTorch, and none of the console's packages
-# (PYTHONPATH is the agent's, and the agent's environment is the job's).
-COMPUTE = textwrap.dedent(
+# (PYTHONPATH is the agent's, and the agent's environment is the job's). Both programs start by
+# finding out whether PyTorch has CUDA here; without it they say "cuda=absent".
+CUDA_OR_NOT = textwrap.dedent(
     """
     import os, sys, time
-    seconds = float(sys.argv[1])
     try:
         import torch
         usable = torch.cuda.is_available()
     except ImportError:
         usable = False
+    """
+)
+
+COMPUTE = CUDA_OR_NOT + textwrap.dedent(
+    """
+    seconds = float(sys.argv[1])
     if not usable:
         print("cuda=absent", flush=True)
         time.sleep(seconds)  # holds its stand-in device busy for as long
@@ -98,17 +104,11 @@ COMPUTE = textwrap.dedent(
     """
 )
 
-HALF = textwrap.dedent(
+HALF = CUDA_OR_NOT + textwrap.dedent(
     """
-    import os, sys
     fraction = float(os.environ["GPU_QUOTA_FRACTION"])
     allowed_mib = int(os.environ["GPU_QUOTA_MEMORY_MIB"])
     print(f"fraction={fraction} memory_mib={allowed_mib}", flush=True)
-    try:
-        import torch
-        usable = torch.cuda.is_available()
-    except ImportError:
-        usable = False
     if not usable:
         print("cuda=absent", flush=True)
         sys.exit(0)
@@ -122,6 +122,9 @@ HALF = textwrap.dedent(
         print(f"beyond_mib={int(allowed_mib * 0.5)} refused", flush=True)
     """
 )
+
+
+RESULT = {True: "ok", False: "FAILED", None: "skipped"}
 
 
 @dataclass
@@ -138,8 +141,7 @@ class Report:
 
     def check(self, name: str, passed: bool | None, seen: str) -> None:
         self.checks.append(Check(name, passed, seen))
-        word = {True: "ok", False: "FAILED", None: "skipped"}[passed]
-        print(f"{word:8} {name}: {seen}", flush=True)
+        print(f"{RESULT[passed]:8} {name}: {seen}", flush=True)
 
     def section(self, title: str, body: str) -> None:
         self.sections.append((title, body))
@@ -150,9 +152,8 @@ class Report:
     def markdown(self) -> str:
         lines = ["| check | result | seen |", "| --- | --- | --- |"]
         for check in self.checks:
-            word = {True: "ok", False: "FAILED", None: "skipped"}[check.passed]
             seen = " ".join(check.seen.replace("|", "/").split())
-            lines.append(f"| {check.name} | {word} | {seen} |")
+            lines.append(f"| {check.name} | {RESULT[check.passed]} | {seen} |")
         for title, body in self.sections:
             lines += ["", f"### {title}", "", "```", body.rstrip(), "```"]
         return "\n".join(lines) + "\n"
@@ -266,10 +267,7 @@ def samples_between(start: datetime, end: datetime) -> list[tuple[datetime, int,
     from telemetry.models import GpuSample, Resolution
 
     rows = GpuSample.objects.filter(node__name=NODE, resolution=Resolution.RAW, at__gte=start, at__lte=end)
-    return [
-        (at, gpu, utilisation, job)
-        for at, gpu, utilisation, job in rows.values_list("at", "gpu", "utilisation", "job_id")
-    ]
+    return list(rows.order_by("at", "gpu").values_list("at", "gpu", "utilisation", "job_id"))
 
 
 @contextlib.contextmanager
