@@ -112,16 +112,9 @@ def register_node_shrink_guard(guard: NodeShrinkGuard) -> None:
         _node_shrink_guards.append(guard)
 
 
-def unregister_node_shrink_guard(guard: NodeShrinkGuard) -> None:
-    if guard in _node_shrink_guards:
-        _node_shrink_guards.remove(guard)
-
-
-def register_commit_turn(turn: CommitTurn | None) -> CommitTurn | None:
-    """Returns the previous one, so a test can put it back."""
+def register_commit_turn(turn: CommitTurn) -> None:
     global _commit_turn
-    previous, _commit_turn = _commit_turn, turn
-    return previous
+    _commit_turn = turn
 
 
 def take_commit_turn() -> None:

@@ -356,47 +356,56 @@ def test_sign_out_everywhere_closes_every_socket(world: dict[str, Any]) -> None:
     run(scenario)
 
 
+async def watch_quotas(user: AbstractUser, *quotas: Any) -> WebsocketCommunicator:
+    """A socket of `user` subscribed to the quotas' topics."""
+    socket = await connect(user)
+    await socket.send_json_to({"subscribe": [f"quota:{quota.pk}" for quota in quotas]})
+    await next_of(socket, "subscription")
+    return socket
+
+
+async def publish_allocated(quota: Any, allocated: float, committed_at: float) -> None:
+    """One quota change as a commit publishes it: one group message per topic."""
+    from channels.layers import get_channel_layer
+
+    from scheduling.live import MESSAGE_TYPE, topic_group
+
+    envelope = {
+        "type": MESSAGE_TYPE,
+        "topic": f"quota:{quota.pk}",
+        "change": {"allocated": allocated},
+        "committed_at": committed_at,
+    }
+    await get_channel_layer().group_send(topic_group(f"quota:{quota.pk}"), envelope)
+
+
+def allocated_by_topic(messages: list[dict[str, Any]]) -> list[tuple[str, float]]:
+    return sorted((message["topic"], message["change"]["allocated"]) for message in messages)
+
+
 def test_the_quota_topics_share_one_window_so_a_moved_gpu_never_counts_twice(
     world: dict[str, Any], make_user: Callable[..., AbstractUser]
 ) -> None:
     """A reclaim moves GPUs from team-b to team-a in one commit. team-a's topic sent a moment ago,
     so its change waits for the window; team-b's must wait with it, not go out first (the
     Overview's stacked chart would count the GPUs in both for up to a second)."""
-    from channels.layers import get_channel_layer
-
     from quotas.models import Quota
-    from scheduling.live import MESSAGE_TYPE, topic_group
 
     team_a = Quota.objects.get(name="team-a")
     team_b = world["team_b"]
     admin = make_user("overseer", platform_admin=True)
 
     async def scenario() -> None:
-        socket = await connect(admin)
-        await socket.send_json_to({"subscribe": [f"quota:{team_a.pk}", f"quota:{team_b.pk}"]})
-        await next_of(socket, "subscription")
-        layer = get_channel_layer()
-
-        async def publish(quota: Quota, allocated: float, stamp: float) -> None:
-            envelope = {
-                "type": MESSAGE_TYPE,
-                "topic": f"quota:{quota.pk}",
-                "change": {"allocated": allocated},
-                "committed_at": stamp,
-            }
-            await layer.group_send(topic_group(f"quota:{quota.pk}"), envelope)
-
-        await publish(team_a, 0.0, 1000.0)
+        socket = await watch_quotas(admin, team_a, team_b)
+        await publish_allocated(team_a, 0.0, 1000.0)
         first = await next_of(socket, "change")
         assert (first["topic"], first["change"]["allocated"]) == (f"quota:{team_a.pk}", 0.0)
         # One commit: team-a rises, team-b falls.
-        await publish(team_a, 4.0, 1001.0)
-        await publish(team_b, 0.0, 1001.0)
+        await publish_allocated(team_a, 4.0, 1001.0)
+        await publish_allocated(team_b, 0.0, 1001.0)
         assert await socket.receive_nothing(timeout=0.5)  # team-b's fall is held with team-a's rise
         together = [await next_of(socket, "change", timeout=2), await next_of(socket, "change", timeout=1)]
-        assert sorted((message["topic"], message["change"]["allocated"]) for message in together) == sorted(
-            [(f"quota:{team_a.pk}", 4.0), (f"quota:{team_b.pk}", 0.0)]
-        )
+        assert allocated_by_topic(together) == sorted([(f"quota:{team_a.pk}", 4.0), (f"quota:{team_b.pk}", 0.0)])
         assert {message["committed_at"] for message in together} == {1001.0}
         await socket.disconnect()
 
@@ -409,34 +418,20 @@ def test_a_commits_quota_changes_leave_together_when_the_window_is_open(
     """No window is running: the first quota change of a commit does not leave alone. Its
     commit's other quota arrives a moment later, as its own group message, and both go out
     together, not the second a whole window after the first (journey 6 on a loaded machine)."""
-    from channels.layers import get_channel_layer
-
     from quotas.models import Quota
-    from scheduling.live import MESSAGE_TYPE, topic_group
 
     team_a = Quota.objects.get(name="team-a")
     team_b = world["team_b"]
     admin = make_user("overseer", platform_admin=True)
 
     async def scenario() -> None:
-        socket = await connect(admin)
-        await socket.send_json_to({"subscribe": [f"quota:{team_a.pk}", f"quota:{team_b.pk}"]})
-        await next_of(socket, "subscription")
-        layer = get_channel_layer()
+        socket = await watch_quotas(admin, team_a, team_b)
         for quota, allocated in ((team_a, 4.0), (team_b, 0.0)):
-            envelope = {
-                "type": MESSAGE_TYPE,
-                "topic": f"quota:{quota.pk}",
-                "change": {"allocated": allocated},
-                "committed_at": 1001.0,
-            }
-            await layer.group_send(topic_group(f"quota:{quota.pk}"), envelope)
+            await publish_allocated(quota, allocated, 1001.0)
             await asyncio.sleep(0.02)  # the second group message of the commit, a moment later
         # Within the gather, well inside the one-second window the second would otherwise wait.
         together = [await next_of(socket, "change", timeout=0.5), await next_of(socket, "change", timeout=0.1)]
-        assert sorted((message["topic"], message["change"]["allocated"]) for message in together) == sorted(
-            [(f"quota:{team_a.pk}", 4.0), (f"quota:{team_b.pk}", 0.0)]
-        )
+        assert allocated_by_topic(together) == sorted([(f"quota:{team_a.pk}", 4.0), (f"quota:{team_b.pk}", 0.0)])
         await socket.disconnect()
 
     run(scenario)
