@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
-from gqc.agent import BEAT_JITTER, LOG_LINES_PER_BEAT, Agent, FakeGpus, beat_delay
+from gqc.agent import BEAT_JITTER, LOG_LINES_PER_BEAT, Agent, FakeGpus, beat_delay, command_line
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -115,6 +116,27 @@ def test_manage_py_agent_needs_no_database(tmp_path: Path) -> None:
     )
     assert shown.returncode == 0, shown.stderr
     assert "--fake-gpus" in shown.stdout and "--token-file" in shown.stdout
+
+
+def test_without_nvml_the_agent_says_so_in_one_sentence_and_exits_2(tmp_path: Path) -> None:
+    from gqc.agent import NvmlGpus, NvmlUnavailable
+
+    try:
+        NvmlGpus()
+    except NvmlUnavailable:
+        pass
+    else:
+        pytest.skip("this host has NVML: benchmarks/agent_gpu_check.py checks the agent on it")
+    token_file = tmp_path / "node.token"
+    token_file.write_text("gqn_unused")
+    command = command_line(
+        server="http://127.0.0.1:1", node="n1", token_file=token_file, state_dir=tmp_path, fake_gpus=None
+    )
+    finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert finished.returncode == 2
+    assert finished.stderr.startswith("agent: NVML does not answer on this host (")
+    assert finished.stderr.strip().endswith("without a GPU, run the agent with --fake-gpus N.")
+    assert len(finished.stderr.strip().splitlines()) == 1 and "Traceback" not in finished.stderr
 
 
 def test_beats_come_a_heartbeat_apart_give_or_take_a_tenth() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -445,6 +446,27 @@ def test_a_local_node_the_guarantees_need_is_not_shrunk(db: None) -> None:
     with pytest.raises(ValidationError):
         prepare_local_agent(name="local", gpus=1)
     assert Node.objects.get(name="local").gpus == 4
+
+
+def test_the_launcher_will_not_take_a_gpu_a_job_holds_from_the_local_node(
+    db: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # bin/run once with 2 stand-ins and a job on both; then started with 1: the start stops, in words.
+    from console import launcher
+    from quotas.node_agents import prepare_local_agent
+    from tests.scheduling.conftest import build_cluster
+
+    monkeypatch.setattr(launcher, "LOCAL_AGENT_DIR", tmp_path)  # not the checkout's own var/agent
+    cluster = build_cluster(node_gpus=(), tree=(("Quota1", None, 0.0), ("team-a", "Quota1", 0.0)))
+    prepare_local_agent(name="local", gpus=2)
+    _submit(cluster, "pair", gpus=2, command="sleep 60")
+    with pytest.raises(launcher.LaunchError) as refused:
+        launcher._prepare_local_agent(1)
+    assert str(refused.value) == (
+        "the node local cannot become 1 fake GPU: local cannot go down to 1 GPUs while jobs hold the GPUs it "
+        "would lose (GPU 1 by pair); drain the node, or let them end, first"
+    )
+    assert Node.objects.get(name="local").gpus == 2 and not (tmp_path / "local.token").exists()
 
 
 def test_without_nvml_the_launcher_says_so_in_one_sentence() -> None:
