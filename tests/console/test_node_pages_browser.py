@@ -15,7 +15,7 @@ from pytest_django.live_server_helper import LiveServer
 
 from quotas.models import Node, NodeAgent, NodeState
 from quotas.node_agents import ReportedDevice, issue_node_token, register_agent
-from quotas.services import update_node
+from quotas.services import create_node, update_node
 from scheduling.models import Job
 from tests.console.conftest import check_accessibility, quota_id
 
@@ -140,3 +140,32 @@ def test_edit_node_hands_a_node_to_its_agent(
     dialog.get_by_role("button", name="Confirm: save").click()
     expect(page.get_by_text(f"Saved {name}.")).to_be_visible()
     assert Node.objects.get(name=name).executor == "agent"
+
+
+def test_edit_node_will_not_take_the_gpus_a_job_holds(
+    live_server: LiveServer, pai_world: dict[str, AbstractUser], browser_page: Page, sign_in: SignIn
+) -> None:
+    """Edit node with fewer GPUs than a running job holds: Preview names the GPUs and the job,
+    and nothing changes (a fifth node covers Quota1's guarantee, so only the job refuses)."""
+    create_node(actor=None, name="gpu-5", gpus=8)
+    page = browser_page
+    sign_in(page, "platform-admin")
+    name = busy_node()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="Nodes").click()
+        page.get_by_role("link", name=f"Edit {name}", exact=True).click()
+        dialog = page.get_by_role("dialog")
+        dialog.get_by_label("GPUs", exact=True).fill("4")
+        dialog.get_by_role("button", name="Preview").click()
+        expect(dialog).to_contain_text(
+            f"{name} cannot go down to 4 GPUs while jobs hold the GPUs it would lose "
+            "(GPU 4 by train-b; GPU 5 by train-b; GPU 6 by train-b; GPU 7 by train-b)"
+        )
+        expect(dialog.get_by_role("button", name="Confirm: save")).to_have_count(0)
+        check_accessibility(page)
+        page.screenshot(path=str(SHOTS / f"edit-node-refused-{width}.png"))
+        page.keyboard.press("Escape")
+    answer = page.request.get(f"{live_server.url}/api/v1/nodes/{Node.objects.get(name=name).pk}/")
+    assert answer.ok and answer.json()["gpus"] == 8
