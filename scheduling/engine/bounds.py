@@ -13,4 +13,5 @@ MAX_FAILED_CANDIDATES = 64 * 256  # candidates examined by searches that found n
 MAX_CANDIDATES_PER_SEARCH = 256
 MAX_CONSOLIDATIONS = 32
 MAX_MOVERS = 8
+MAX_MOVE_SETS = 64  # sets of movers looked at on one target node, fewest jobs first
 MAX_TARGET_NODES = 8  # nodes tried as the target of one consolidation

@@ -3,9 +3,18 @@
 When the free GPUs add up for a job but are fragmented, move preemptible running jobs
 (restart elsewhere) so that they are not, provided every moved job is placed again at once.
 Tried before any eviction (reclaim, preempt), for jobs whose only refusal is capacity.
+
+As few jobs as possible move (§3.1; KAI-Scheduler tries the fewest victims first), since each
+move restarts a job: one whole-GPU replica gets the node whose fewest movers free it
+(`free_one_node`, sets tried fewest first); anything else (gangs, fractions, several replicas)
+takes movers in order until it fits, then leaves in place each mover it can do without
+(`without_needless_movers`). A mover may itself be a gang: all its replicas move at once.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import combinations
 
 from scheduling.engine import bounds
 from scheduling.engine.cluster import Placement
@@ -76,72 +85,122 @@ def mover_order(session: Session, mover: int, own_leaf: int) -> tuple[int, int, 
 
 
 def free_one_node(session: Session, job: int, by_node: dict[int, list[int]]) -> bool:
-    """Free one node for a single whole-GPU replica: move its smallest jobs elsewhere.
+    """Free one node for a single whole-GPU replica, moving as few jobs as possible.
 
-    Nodes closest to holding the replica are tried first (at most MAX_TARGET_NODES); on each,
-    the fewest small movable jobs that leave enough whole devices free are moved, and every
-    one of them must be placed again at once.
+    Nodes are ranked by the fewest moves that could free enough whole devices there, then by
+    the GPUs those moves take (at most MAX_TARGET_NODES are tried). On each, sets of movers are
+    tried fewest jobs first (`sets_freeing`), and every mover of a set must be placed again at
+    once. Moving fewest first is KAI-Scheduler's order too: a move restarts a job.
     """
     cluster = session.cluster
     devices_needed = session.replica_milli[job] // MILLI
     own_leaf = session.job_leaf[job]
     whole = cluster.whole
-    # A node's cost: the GPUs of its smallest movable jobs that must leave for the replica to
-    # fit. Each mover needs a free block elsewhere, so bigger jobs than the largest block stay.
+    # Each mover needs a free block elsewhere, so jobs bigger than the largest block stay; and
+    # what the movers take must fit in what the replica leaves free.
     block = cluster.largest_block() * MILLI
     room = cluster.free_total - session.replica_milli[job]
     replica = session.replica_milli
     touched = session.touched
     state = session.state
-    ranked: list[tuple[int, int, int]] = []
+    ranked: list[tuple[int, int, int, int]] = []
     for node, members in by_node.items():
         if not cluster.ready[node] or cluster.gpus[node] < devices_needed:
             continue
         deficit = devices_needed - whole[node]
         if deficit <= 0:
-            ranked.append((0, -whole[node], node))
+            ranked.append((0, 0, -whole[node], node))
             continue
         sizes = sorted(
-            replica[mover] // MILLI
-            for mover in members
-            if replica[mover] >= MILLI and replica[mover] <= block and not touched[mover] and state[mover] == RUNNING
+            (
+                replica[mover] // MILLI
+                for mover in members
+                if MILLI <= replica[mover] <= block and not touched[mover] and state[mover] == RUNNING
+            ),
+            reverse=True,
         )
-        cost = 0
-        for size in sizes:
-            if deficit <= 0 or cost + size * MILLI > room:
-                break
-            cost += size * MILLI
-            deficit -= size
-        if deficit <= 0:
-            ranked.append((cost, -whole[node], node))
+        fewest = fewest_covering(sizes, deficit, room)
+        if fewest is not None:
+            ranked.append((*fewest, -whole[node], node))
     ranked.sort()
-    targets = [node for _, _, node in ranked[: bounds.MAX_TARGET_NODES]]
+    targets = [node for *_, node in ranked[: bounds.MAX_TARGET_NODES]]
     journal = session.journal
     tried = 0
     for node in targets:
         if tried >= bounds.MAX_TARGET_NODES:
             break
         candidates = sorted(
-            (mover for mover in set(by_node[node]) if movable(session, mover)),
+            (mover for mover in set(by_node[node]) if movable(session, mover) and replica[mover] <= block),
             key=lambda mover: mover_order(session, mover, own_leaf),
         )
         if not candidates:
             continue
         tried += 1
-        mark = journal.checkpoint()
-        movers: list[int] = []
-        for mover in candidates:
-            if whole[node] >= devices_needed or len(movers) >= bounds.MAX_MOVERS:
-                break
-            movers.append(mover)
-            spec = session.jobs[mover]
-            for pl in session.placements[mover]:
-                cluster.adjust(pl, +1, spec.cpu, spec.memory_gib)
-        if whole[node] < devices_needed or place_with_movers(session, job, 1, movers) is None:
+        for movers in sets_freeing(session, node, devices_needed, candidates):
+            mark = journal.checkpoint()
+            for mover in movers:
+                release(session, mover)
+            if whole[node] >= devices_needed and place_with_movers(session, job, 1, movers) is not None:
+                return True
             journal.rollback(mark)
-            continue
-        return True
     return False
+
+
+def fewest_covering(sizes: list[int], deficit: int, room: int) -> tuple[int, int] | None:
+    """(moves, milli-GPUs moved) of the biggest replicas, largest first, that cover `deficit`
+    whole devices while what they move fits in `room`; None if none do. `sizes` is descending."""
+    moves = 0
+    cost = 0
+    for size in sizes:
+        if cost + size * MILLI > room:
+            continue
+        moves += 1
+        cost += size * MILLI
+        deficit -= size
+        if deficit <= 0:
+            return moves, cost
+    return None
+
+
+def sets_freeing(session: Session, node: int, devices_needed: int, candidates: list[int]) -> Iterator[list[int]]:
+    """Sets of candidates whose leaving gives `node` the whole devices needed: fewest jobs
+    first, then in the candidates' order; at most MAX_MOVE_SETS sets are looked at."""
+    free = session.cluster.dev_free[node]
+    have = session.cluster.whole[node]
+    usage = [
+        [(d, milli) for where, devices, milli in session.placements[mover] if where == node for d in devices]
+        for mover in candidates
+    ]
+    # No set smaller than the fewest of the biggest holders can be enough: start there.
+    holdings = sorted((len({d for d, _ in held}) for held in usage), reverse=True)
+    smallest, covered = 0, have
+    for held in holdings:
+        if covered >= devices_needed:
+            break
+        smallest += 1
+        covered += held
+    if covered < devices_needed:
+        return
+    looked = 0
+    for size in range(max(1, smallest), min(len(candidates), bounds.MAX_MOVERS) + 1):
+        for chosen in combinations(range(len(candidates)), size):
+            looked += 1
+            if looked > bounds.MAX_MOVE_SETS:
+                return
+            released: dict[int, int] = {}
+            for k in chosen:
+                for d, milli in usage[k]:
+                    released[d] = released.get(d, 0) + milli
+            gained = sum(1 for d, milli in released.items() if free[d] < MILLI <= free[d] + milli)
+            if have + gained >= devices_needed:
+                yield [candidates[k] for k in chosen]
+
+
+def release(session: Session, mover: int) -> None:
+    """Give the mover's GPUs back to the cluster, as if it had left (journaled)."""
+    spec = session.jobs[mover]
+    for pl in session.placements[mover]:
+        session.cluster.adjust(pl, +1, spec.cpu, spec.memory_gib)
 
 
 def place_with_movers(session: Session, job: int, count: int, movers: list[int]) -> list[Placement] | None:
@@ -235,14 +294,43 @@ def move_anywhere(session: Session, job: int, count: int, by_node: dict[int, lis
     journal = session.journal
     mark = journal.checkpoint()
     movers: list[int] = []
+    found = False
     for _, mover in candidates[: 4 * bounds.MAX_MOVERS]:
         if len(movers) >= bounds.MAX_MOVERS:
             break
         movers.append(mover)
-        spec = session.jobs[mover]
-        for pl in session.placements[mover]:
-            cluster.adjust(pl, +1, spec.cpu, spec.memory_gib)
-        if place_with_movers(session, job, count, movers) is not None:
-            return True
+        release(session, mover)
+        trial = journal.checkpoint()
+        found = place_with_movers(session, job, count, movers) is not None
+        journal.rollback(trial)
+        if found:
+            break
     journal.rollback(mark)
-    return False
+    if not found:
+        return False
+    movers = without_needless_movers(session, job, count, movers)
+    for mover in movers:
+        release(session, mover)
+    if place_with_movers(session, job, count, movers) is None:  # the same state as the trial
+        journal.rollback(mark)
+        return False
+    return True
+
+
+def without_needless_movers(session: Session, job: int, count: int, movers: list[int]) -> list[int]:
+    """The movers the job cannot do without, as few as a first-come set allows: each is left
+    in place in turn, last added first, and stays if the job and the others still fit."""
+    journal = session.journal
+    kept = list(movers)
+    for mover in reversed(movers):
+        if len(kept) == 1:
+            break
+        others = [m for m in kept if m != mover]
+        mark = journal.checkpoint()
+        for other in others:
+            release(session, other)
+        fits = place_with_movers(session, job, count, others) is not None
+        journal.rollback(mark)
+        if fits:
+            kept = others
+    return kept

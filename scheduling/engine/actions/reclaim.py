@@ -155,12 +155,20 @@ def leaves_by_excess(session: Session, region: tuple[int, int]) -> list[tuple[fl
         session.ranked_generation = session.allocated_generation
     heap = session.ranked.get(region)
     if heap is None:
-        alloc, share, created = session.allocated, session.fair_share, session.tree.created
-        start, stop = region
-        heap = [(-(alloc[v] - share[v]), created[v], v) for v in session.candidate_leaves[start:stop]]
-        heapq.heapify(heap)
+        heap = excess_heap(session, region)
         session.ranked[region] = heap
     return heap.copy()
+
+
+def excess_heap(session: Session, region: tuple[int, int]) -> list[tuple[float, int, int]]:
+    """The region's leaves ranked on the current state, uncached: in the middle of a search the
+    allocation generation is no key (a search that finds nothing puts it back, and the next
+    one reaches the same number with other victims taken)."""
+    alloc, share, created = session.allocated, session.fair_share, session.tree.created
+    start, stop = region
+    heap = [(-(alloc[v] - share[v]), created[v], v) for v in session.candidate_leaves[start:stop]]
+    heapq.heapify(heap)
+    return heap
 
 
 def branches_below_lca(session: Session, qleaf: int, vleaf: int) -> tuple[int, int]:
@@ -219,6 +227,7 @@ def victim_rule(
 def victim_candidates(session: Session, job: int, region: tuple[int, int]) -> Iterator[tuple[Unit, str | None]]:
     """Victim units in order of preference: elastic replicas, then whole jobs by rule."""
     qleaf = session.job_leaf[job]
+    seen_generation = session.allocated_generation  # the state `region` was measured on
     start, stop = region
     leaves = session.candidate_leaves
     lo, hi = (leaves[start], leaves[stop - 1]) if stop > start else (0, -1)
@@ -245,9 +254,20 @@ def victim_candidates(session: Session, job: int, region: tuple[int, int]) -> It
             if len(session.placements[victim]) == before:
                 break
     # Reclaim: the quota furthest above its fair share first, re-ranked after each victim.
+    # The region is measured again after each victim (SCHEDULING.md §3: every rule on the
+    # snapshot with the victims already chosen removed): a branch over its share only because
+    # of a borrower inside it that is now gone widens to the level above.
     cursor: dict[int, int] = {}
     heap = leaves_by_excess(session, region)
-    while heap:
+    while True:
+        if session.allocated_generation != seen_generation:
+            seen_generation = session.allocated_generation
+            wider, _ = reclaim_region(session, job)
+            if wider[1] - wider[0] > region[1] - region[0]:
+                region = wider
+                heap = excess_heap(session, region)
+        if not heap:
+            break
         _, created, v = heapq.heappop(heap)
         if v == qleaf:
             continue
