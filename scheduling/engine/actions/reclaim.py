@@ -166,7 +166,9 @@ def excess_heap(session: Session, region: tuple[int, int]) -> list[tuple[float, 
     one reaches the same number with other victims taken)."""
     alloc, share, created = session.allocated, session.fair_share, session.tree.created
     start, stop = region
-    heap = [(-(alloc[v] - share[v]), created[v], v) for v in session.candidate_leaves[start:stop]]
+    heap: list[tuple[float, int, int]] = [
+        (-(alloc[v] - share[v]), created[v], v) for v in session.candidate_leaves[start:stop]
+    ]
     heapq.heapify(heap)
     return heap
 
