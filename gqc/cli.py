@@ -212,10 +212,24 @@ def estimate_sentence(preview: dict[str, Any]) -> str:
         for placement in preview["placements"]:
             devices[placement["node"]].extend(placement["devices"])
         where = "; ".join(f"{node}, GPUs {','.join(map(str, sorted(indices)))}" for node, indices in devices.items())
-        evicting = f" (evicting {plural(len(preview['evict']), 'job')})" if preview["evict"] else ""
+        victims = "; ".join(victim_words(victim) for victim in preview["evict"])
+        evicting = f" (evicting {plural(len(preview['evict']), 'job')}: {victims})" if preview["evict"] else ""
         return f"Starts now on {where}{evicting}." if where else f"Starts now{evicting}."
     reason = preview.get("reason") or {}
     return f"Waits: {reason.get('message', 'the next cycle would not admit it')} ({reason.get('code', 'pending')})"
+
+
+def victim_words(victim: dict[str, Any]) -> str:
+    """A job the dry run would evict: `train-b, 8 GPUs of Quota1.2 (workspace-c)`; one of a
+    workspace you cannot open comes without its name (the API leaves it out)."""
+    description = victim.get("description") or f"{gpus(victim.get('gpus'))} GPUs of {victim.get('quota')}"
+    return f"{victim['job']}, {description}" if victim.get("job") else description
+
+
+def beneficiary_words(event: dict[str, Any]) -> str | None:
+    """The job an event made room for: its name, or where you may not see it, whose it is."""
+    other = event.get("beneficiary_job") or {}
+    return event.get("beneficiary") or other.get("description")
 
 
 def plural(count: int, noun: str) -> str:
@@ -264,7 +278,7 @@ EVENT_COLUMNS = (
     Column("AT", lambda event: moment(event.get("at"))),
     Column("EVENT", lambda event: event.get("kind")),
     Column("RULE", lambda event: event.get("rule")),
-    Column("FOR", lambda event: event.get("beneficiary")),
+    Column("FOR", beneficiary_words),
     Column("MESSAGE", lambda event: event.get("message")),
 )
 QUOTA_COLUMNS = (

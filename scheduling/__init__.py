@@ -5,7 +5,9 @@
 - `lifecycle`: a job's state transitions. `selectors`, `estimates`, `usage`, `agent_selectors`: reads,
   shared by pages, API and consumers; `snapshot` (the cycle's), `quota_figures`, `metrics_reads`,
   `holders`, `invariants`, `estimate_base` (the estimate's snapshot): reads split out of `selectors`,
-  which re-exports their names.
+  which re-exports their names; `mentions`: how a job is named to a reader who may not see it.
+- `allocation_history`, `quota_charts`: reads too, the quota charts' series and figures;
+  `page_figures`: what telemetry (above) supplies to the pages here, registered at its start.
 - `live`, `events`: what is published after commit. `triggers`: asks for a cycle, through the
   runners that `apps.SchedulingConfig.ready()` hands it (the cycle and the task sit above it).
 - `executors`: carry decisions out, through lifecycle and events (never services or the cycle).
@@ -16,5 +18,8 @@
   `manual_cycle`, over `job_writes` (the actor, the events after commit); `services` re-exports
   their public names; `agent_services` (the agents' beats).
 - `tasks`, `providers`, `simulate/`: entry points.
-- `api/`, `views`, `forms`, `templatetags/`, `admin`, `management/`: interfaces.
+- `api/`, `views`, `forms`, `templatetags/`, `admin`, `management/`: interfaces. The pages that
+  show jobs beside what lower apps hold are here too, since imports point down: `quota_views`
+  (Resource Quotas, the Quota page and its actions), `node_views` and `node_actions` (Nodes),
+  `workspace_views` (a workspace's Quotas and Usage tabs, member removal).
 """

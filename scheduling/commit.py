@@ -112,8 +112,10 @@ class _Commit(_CommitRows):
             self.releasing_rows.append((seen.pk, seen.revision, release_at, beneficiary_pk))
             self.current[seen.pk] = (JobState.RELEASING, seen.revision + 1)
             return 0
-        # No grace period: the GPUs are free in this very commit.
-        message = f"evicted by {decision.rule}" + (f" for {beneficiary_name}" if beneficiary_name else "")
+        # No grace period: the GPUs are free in this very commit. The job's reason and event name
+        # no other job: whoever may read this job need not see the one it made room for, and the
+        # event's beneficiary column names that one as each reader may learn of it.
+        message = f"evicted by {decision.rule}"
         values = released_values(requeue=seen.requeue, now=self.now, message=message)
         self.released_rows.append(
             (
@@ -126,7 +128,7 @@ class _Commit(_CommitRows):
             )
         )
         kind, event_message = released_event(requeue=seen.requeue, message=message)
-        self.new_events.append((seen.pk, str(kind), self.now, "", None, event_message))
+        self.new_events.append((seen.pk, str(kind), self.now, "", beneficiary_pk, event_message))
         self.current[seen.pk] = (str(values["state"]), seen.revision + 2)
         if decision.rule == engine_types.DRAIN and values["state"] == JobState.PENDING:
             self.drained_to_queue = True

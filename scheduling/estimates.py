@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from quotas import bounds
-from scheduling.models import Job
 
 Verdict = Literal["starts", "waits", "refused", "incomplete"]
 
@@ -58,24 +57,15 @@ def placement_words(placements: Iterable[dict[str, Any]]) -> str:
 
 
 def _reclaim_words(evict: list[dict[str, Any]]) -> list[str]:
-    """The jobs the engine would evict for this one, by quota: "8 GPUs from Quota1.2 (train-c)"."""
-    if not evict:
-        return []
-    held = {
-        row["pk"]: row
-        for row in Job.objects.filter(pk__in=[entry["id"] for entry in evict]).values(
-            "pk", "name", "allocated_gpus", "quota__name"
-        )
-    }
+    """The jobs the engine would evict for this one, by quota: "8 GPUs from Quota1.2 (train-c)".
+    A job the reader may not see is only its workspace's (the preview left its name out)."""
     gpus_by_quota: dict[str, float] = defaultdict(float)
     jobs_by_quota: dict[str, list[str]] = defaultdict(list)
     for entry in evict:
-        row = held.get(entry["id"])
-        if row is None:
-            continue
-        gpus_by_quota[row["quota__name"]] += row["allocated_gpus"]
+        gpus_by_quota[entry["quota"]] += entry["gpus"]
         rule = f", {entry['rule']} rule" if entry.get("rule") else ""
-        jobs_by_quota[row["quota__name"]].append(f"{row['name']}{rule}")
+        named = entry["job"] if entry.get("visible") else f"a job of {entry['workspace']}"
+        jobs_by_quota[entry["quota"]].append(f"{named}{rule}")
     return [
         f"{bounds.readable(gpus)} GPUs from {quota} ({'; '.join(jobs_by_quota[quota])})"
         for quota, gpus in gpus_by_quota.items()

@@ -19,6 +19,7 @@ from quotas import hooks as quota_hooks
 from scheduling import lifecycle, triggers
 from scheduling.clock import get_clock
 from scheduling.job_writes import Actor, _publish_on_commit
+from scheduling.mentions import preview_as_seen
 from scheduling.models import ACTIVE_STATES, FINAL_STATES, Job, JobEventKind, JobState
 from workspaces.permissions import can, denial_reason
 
@@ -38,12 +39,14 @@ class DryRun:
 def preview_cancel_job(*, actor: Actor, job: Job) -> DryRun:
     """`cancel_job` in a rolled-back transaction: what the next cycle would then admit.
 
-    A job that is no longer live is refused with ValidationError, as `cancel_job` refuses it.
+    A job that is no longer live is refused with ValidationError, as `cancel_job` refuses it. The
+    jobs it names are named as the actor may learn of them (scheduling.mentions): the freed GPUs
+    may go to another workspace's job, which is then only its quota, workspace and GPUs.
     """
     cancel = _cancel_job_change(actor=actor, job=job)
     with transaction.atomic():
         cancel()
-        preview = DryRun(valid=True, errors={}, preview=dict(quota_hooks.preview()))
+        preview = DryRun(valid=True, errors={}, preview=preview_as_seen(actor, quota_hooks.preview()))
         # The audit record and the after-commit cycle and events go with the rollback.
         transaction.set_rollback(True)
     return preview

@@ -51,6 +51,8 @@ def preview() -> Preview:
                 "kind": "evict" if isinstance(decision, engine.Evict) else "shrink",
                 "rule": decision.rule,
                 "beneficiary": beneficiary,
+                # Who may read the name is the reader's question (scheduling.mentions.preview_as_seen).
+                "beneficiary_id": int(decision.beneficiary) if decision.beneficiary else None,
                 "reason": decision.reason,
             }
             if isinstance(decision, engine.Shrink):

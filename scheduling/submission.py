@@ -23,6 +23,7 @@ from scheduling import engine, lifecycle, triggers
 from scheduling.clock import get_clock
 from scheduling.gc_pauses import without_collector_pauses
 from scheduling.job_writes import Actor, _publish_on_commit
+from scheduling.mentions import mention_jobs, unnamed
 from scheduling.models import KIND_DEFAULTS, Job, JobEvent, JobEventKind, JobKind
 from scheduling.selectors import estimate_snapshot, job_key, user_gpus_in_use
 from workspaces.models import QuotaBinding, Workspace
@@ -209,7 +210,7 @@ def preview_submit_job(
     with transaction.atomic():
         _Admission(actor, [submission.workspace]).check(job)
         job.save(force_insert=True)
-        preview = _preview_submission(job, now)
+        preview = _preview_submission(job, now, reader=actor)
         transaction.set_rollback(True)
     return preview
 
@@ -364,20 +365,14 @@ def _naming_job(error: ValidationError | PermissionDenied, label: str) -> Valida
     return ValidationError([f"{label}: {message}" for message in error.messages])
 
 
-def _preview_submission(job: Job, now: Any) -> SubmitPreview:
+def _preview_submission(job: Job, now: Any, *, reader: Actor) -> SubmitPreview:
     # The Submit job page asks this on every change: the cluster read is reused while nothing
     # changed (selectors.estimate_snapshot), and the collector pauses as for a real cycle.
     with without_collector_pauses():
-        snapshot, index = estimate_snapshot(now, job_pk=job.pk)
+        snapshot, _index = estimate_snapshot(now, job_pk=job.pk)
         result = engine.schedule(snapshot)
     key = job_key(job.pk)
-    names = {k: seen.name for k, seen in index.jobs.items()}
     admit = next((d for d in result.decisions if isinstance(d, engine.Admit) and d.job_id == key), None)
-    evict = [
-        {"job": names.get(d.job_id, d.job_id), "id": int(d.job_id), "rule": d.rule, "reason": d.reason}
-        for d in result.decisions
-        if isinstance(d, engine.Evict | engine.Shrink) and d.beneficiary == key
-    ]
     pending = result.pending.get(key)
     return SubmitPreview(
         would_admit=admit is not None,
@@ -388,5 +383,24 @@ def _preview_submission(job: Job, now: Any) -> SubmitPreview:
             {"node": p.node, "devices": list(p.devices), "fraction": p.fraction}
             for p in (admit.placements if admit is not None else ())
         ],
-        evict=evict,
+        evict=_victims(result, key, reader),
     )
+
+
+def _victims(result: engine.CycleResult, key: str, reader: Actor) -> list[dict[str, Any]]:
+    """The jobs the engine would evict or shrink for the job `key`, each as `reader` may learn of
+    it (scheduling.mentions): a job of a workspace the reader cannot open by its quota,
+    workspace and GPUs, never its name or id, in the entry and in the engine's reason."""
+    taken = [d for d in result.decisions if isinstance(d, engine.Evict | engine.Shrink) and d.beneficiary == key]
+    gpus_given_up = {
+        int(d.job_id): sum(p.fraction if p.fraction < 1 else len(p.devices) for p in d.remove)
+        for d in taken
+        if isinstance(d, engine.Shrink)
+    }
+    victims = mention_jobs(reader, {int(d.job_id) for d in taken}, gpus=gpus_given_up)
+    hidden = [mention for mention in victims.values() if not mention.visible]
+    return [
+        {**victims[int(d.job_id)].as_api(), "rule": d.rule, "reason": unnamed(d.reason, hidden)}
+        for d in taken
+        if int(d.job_id) in victims
+    ]

@@ -26,7 +26,7 @@ from console.pagekit import PreviewAction, PreviewSummary, run_preview_action
 from quotas import bounds
 from quotas.models import Quota
 from quotas.services import DryRunResult, error_messages
-from scheduling import estimates, selectors, services
+from scheduling import estimates, mentions, selectors, services
 from scheduling.estimates import Estimate
 from scheduling.forms import ESTIMATE_NAME, CancelForm, JobFilterForm, SubmitJobForm
 from scheduling.models import Job
@@ -296,7 +296,7 @@ def job_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
         # The 2-second poll: only the state, reason and placement block.
         return render(request, "scheduling/partials/job_live.html", context)
     context.update(
-        events=selectors.job_events(job=job),
+        events=mentions.job_history(request.user, job),
         may_submit_again=submittable_workspaces(request.user).filter(pk=job.workspace_id).exists(),
     )
     return render(request, "scheduling/job_detail.html", context)
@@ -305,8 +305,23 @@ def job_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
 def _cancel_summary(result: DryRunResult) -> PreviewSummary:
     preview: Any = result["preview"] or {}
     return PreviewSummary(
-        moves=[], reclaimable=[], evictions=preview.get("evict", []), admissions=preview.get("admit", [])
+        moves=[],
+        reclaimable=[],
+        evictions=[_named(entry) for entry in preview.get("evict", [])],
+        admissions=[_named(entry) for entry in preview.get("admit", [])],
     )
+
+
+def _named(entry: dict[str, Any]) -> dict[str, Any]:
+    """A preview entry as the page kit prints it (`job`, `beneficiary`): a job the user may not see
+    (the service left its name out) is a job of its workspace, with its quota and GPUs beside."""
+    named = {**entry}
+    if not entry.get("visible", True):
+        named["job"] = f"a job of {entry['workspace']}"
+    beneficiary = entry.get("beneficiary_job")
+    if beneficiary is not None and not beneficiary["visible"]:
+        named["beneficiary"] = beneficiary["description"]
+    return named
 
 
 @login_required

@@ -9,7 +9,7 @@ from rest_framework import serializers
 from console.json_types import JsonTypedMixin
 from quotas import bounds
 from quotas.api.serializers import text, within
-from scheduling.models import Job, JobEvent, JobKind
+from scheduling.models import Job, JobKind
 
 
 class JobSerializer(JsonTypedMixin, serializers.ModelSerializer[Job]):
@@ -102,15 +102,33 @@ class JobDryRunSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]
     dry_run = serializers.BooleanField(default=False)
 
 
-class JobEventSerializer(JsonTypedMixin, serializers.ModelSerializer[JobEvent]):
-    beneficiary: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="name", read_only=True, allow_null=True, help_text="The job an eviction made room for."
-    )
+class JobMentionSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
+    """Another job as the reader may learn of it (scheduling.mentions): `job` and `id` are null
+    where the reader may not see it; quota, workspace and GPUs are always there."""
 
-    class Meta:
-        model = JobEvent
-        fields = ["at", "kind", "rule", "beneficiary", "message"]
-        read_only_fields = fields
+    job = serializers.CharField(allow_null=True)
+    id = serializers.IntegerField(allow_null=True)
+    quota = serializers.CharField()
+    workspace = serializers.CharField()
+    gpus = serializers.FloatField()
+    visible = serializers.BooleanField()
+    description = serializers.CharField(help_text='"8 GPUs of Quota1.1 (workspace-b)"')
+
+
+class JobEventSerializer(JsonTypedMixin, serializers.Serializer[Any]):
+    """One event of a job's history (scheduling.mentions.EventSeen), as its reader may read it."""
+
+    at = serializers.DateTimeField()
+    kind = serializers.CharField()
+    rule = serializers.CharField()
+    beneficiary = serializers.CharField(
+        source="beneficiary_name",
+        allow_null=True,
+        help_text="The job an eviction made room for, by name; null where there is none or where you may not "
+        "see it (beneficiary_job then says whose it is).",
+    )
+    beneficiary_job = JobMentionSerializer(allow_null=True)
+    message = serializers.CharField()
 
 
 class JobLogSerializer(serializers.Serializer[Any]):
@@ -118,11 +136,18 @@ class JobLogSerializer(serializers.Serializer[Any]):
     truncated = serializers.BooleanField(help_text="Earlier lines were dropped (the console keeps a bounded tail).")
 
 
+class SubmitVictimSerializer(JobMentionSerializer):
+    """A job the dry run would evict or shrink; a foreign one by quota, workspace and GPUs only."""
+
+    rule = serializers.CharField()
+    reason = serializers.CharField()
+
+
 class SubmitPreviewSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     would_admit = serializers.BooleanField()
     reason = serializers.DictField(allow_null=True)
     placements = serializers.ListField(child=serializers.DictField())
-    evict = serializers.ListField(child=serializers.DictField())
+    evict = SubmitVictimSerializer(many=True)
 
 
 class CycleOutcomeSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):

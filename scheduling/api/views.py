@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 from quotas.api.permissions import IsPlatformAdmin
 from quotas.api.serializers import DryRunResultSerializer
 from quotas.models import Quota
-from scheduling import agent_selectors, selectors, services, triggers
+from scheduling import agent_selectors, mentions, selectors, services, triggers
 from scheduling.api.filters import JobFilter
 from scheduling.api.serializers import (
     CycleOutcomeSerializer,
@@ -132,8 +132,9 @@ class JobViewSet(
     # A job's whole history, unpaginated; the list's filters (state, kind…) are not the events'.
     @action(detail=True, methods=["get"], filter_backends=[], pagination_class=None)
     def events(self, request: Request, pk: str | None = None) -> Response:
+        """The job's history; a job it made room for that you may not see is its quota, workspace and GPUs."""
         job = self.get_object()
-        return Response(JobEventSerializer(selectors.job_events(job=job), many=True).data)
+        return Response(JobEventSerializer(mentions.job_history(request.user, job), many=True).data)
 
     @extend_schema(responses={200: JobLogSerializer})
     @action(detail=True, methods=["get"], filter_backends=[], pagination_class=None)

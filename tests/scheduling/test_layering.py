@@ -38,6 +38,10 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "estimates",
                 "usage",
                 "agent_selectors",
+                "allocation_history",
+                "quota_charts",
+                "page_figures",
+                "mentions",
             }
         ),
     ),
@@ -48,7 +52,25 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("cycle", frozenset({"cycle"})),
     ("writes", frozenset({"job_writes", "submission", "job_endings", "manual_cycle", "services", "agent_services"})),
     ("entry points", frozenset({"tasks", "providers", "simulate"})),
-    ("interfaces", frozenset({"api", "views", "forms", "templatetags", "urls", "admin", "apps", "management"})),
+    (
+        "interfaces",
+        frozenset(
+            {
+                "api",
+                "views",
+                "quota_views",
+                "node_views",
+                "node_actions",
+                "workspace_views",
+                "forms",
+                "templatetags",
+                "urls",
+                "admin",
+                "apps",
+                "management",
+            }
+        ),
+    ),
 )
 
 # (importer, imported): what removes the edge.
