@@ -289,6 +289,12 @@ AGENT_HEARTBEAT_SECONDS: float = env.float("AGENT_HEARTBEAT_SECONDS", default=2.
 AGENT_FOLLOW_UP_SECONDS: float = env.float("AGENT_FOLLOW_UP_SECONDS", default=1.0)
 NODE_LOST_SECONDS: float = env.float("NODE_LOST_SECONDS", default=30.0)
 NODE_LOST_GRACE_SECONDS: float = env.float("NODE_LOST_GRACE_SECONDS", default=30.0)
+# A replica an agent was asked to start and has not reported running (or exited) this many
+# heartbeats later goes back to the queue, and its node shows a warning (a start lost on the way,
+# or refused by the agent: a state directory it cannot write, a fork that fails).
+AGENT_START_BEATS: int = env.int("AGENT_START_BEATS", default=3)
+if AGENT_START_BEATS < 1:
+    raise ConfigError(f"AGENT_START_BEATS must be at least 1 heartbeat, not {AGENT_START_BEATS}.")
 # The embedded default may start one local agent beside web, worker and beat, on an agent node of
 # its own, so that a newcomer sees real processes run (docs/agent.md): on stand-in GPUs
 # (--fake-gpus N), or on the host's own through NVML when CONSOLE_LOCAL_AGENT_GPUS is `nvml` (None).

@@ -11,6 +11,12 @@ and the replicas it has finished with. A restarted agent adopts the processes st
 pid and same start time, so a reused pid is never mistaken for a job), reports the others as
 exited, and never starts a replica it has a record of.
 
+Replica ids are one console's numbering: a console with a new database numbers from 1 again. So
+the state directory records whose it is (`identity.json`: the console's identity and the node's,
+from the registration answer), and a directory of another identity is not trusted: its processes
+are reported once at registration for the console to decide (keep or stop), and its done list is
+set aside (`set-aside/`), with one log line. A start it does not carry out is logged once, with why.
+
 Each replica runs as `sh -c COMMAND` under a small `sh` wrapper in a session of its own
 (`start_new_session`): the wrapper waits for the command even through SIGTERM (a trap with a
 command defers to the foreground job, and is reset to the default in the command itself) and
@@ -47,6 +53,10 @@ LOG_LINE_MAX_LENGTH = 2_000
 LOG_BYTES_PER_BEAT = 256 * 1024
 # Replicas finished with, remembered so that a late duplicate start is refused after a restart.
 DONE_REMEMBERED = 10_000
+# The state directory's owner: {"console": the console's identity, "node_id": the node's}.
+IDENTITY_FILE = "identity.json"
+# Where a state directory of another identity is moved aside (done list, replicas not kept, logs).
+SET_ASIDE = "set-aside"
 # The exit code reported for a process that vanished without one (killed with its wrapper).
 EXIT_UNKNOWN = 255
 POLL_SECONDS = 0.1
@@ -223,6 +233,11 @@ class Agent:
         self.children: dict[int, subprocess.Popen[bytes]] = {}
         self.held: dict[int, Replica] = {}
         self.done: list[int] = self._load_done()
+        self.owner: tuple[str, int | None] = self._load_owner()
+        # Processes of another console's state, told to stop: watched until gone, never reported.
+        self.foreign: dict[int, Replica] = {}
+        # Starts not carried out, each logged once.
+        self.declined: set[int] = set()
         self.stopping = False
         self.device_memory = {d["index"]: int(d["memory_mib"]) for d in gpus.devices()}
         self._adopt()
@@ -251,6 +266,73 @@ class Agent:
             return [int(r) for r in json.loads((self.state_dir / "done.json").read_text())]
         except (OSError, ValueError):
             return []
+
+    def _load_owner(self) -> tuple[str, int | None]:
+        try:
+            owner = json.loads((self.state_dir / IDENTITY_FILE).read_text())
+            node_id = owner.get("node_id")
+            return str(owner.get("console") or ""), int(node_id) if node_id is not None else None
+        except (OSError, ValueError, TypeError, AttributeError):
+            return "", None
+
+    def _claim(self, registration: dict[str, Any]) -> None:
+        """Make the state directory the registering console's (see the module's docstring): keep the
+        replicas it adopts, stop the others still alive, set the done list and the rest aside."""
+        console, node_id = str(registration["console"]), int(registration["node_id"])
+        if (console, node_id) == self.owner:
+            return
+        kept = {int(r) for r in registration.get("adopt", [])}
+        grace = float(registration.get("stop_grace_seconds", 10.0))
+        previous = f"console {self.owner[0]} node {self.owner[1]}" if self.owner[0] else "no console recorded"
+        aside = self.state_dir / SET_ASIDE / f"{time.strftime('%Y%m%dT%H%M%S')}-{self.owner[0] or 'unrecorded'}"
+        moved = [self.state_dir / "done.json"] if self.done else []
+        left = [r for r in self.held.values() if r.replica not in kept]
+        for replica in left:
+            del self.held[replica.replica]
+            self.children.pop(replica.replica, None)
+            moved += [self._path(replica.replica), self._exit_path(replica.replica), self._log_path(replica)]
+        for path in moved:
+            if path.exists():
+                aside.mkdir(parents=True, exist_ok=True)
+                os.replace(path, aside / path.name)
+        # Stopped after their files moved: a wrapper that records its code now leaves it in
+        # replicas/, where start() clears it before this console's replica of that id runs.
+        stopped = 0
+        for replica in left:
+            if replica.exit_code is None and _alive(replica.pid, replica.started):
+                replica.stop_deadline = time.time() + grace
+                self.foreign[replica.replica] = replica
+                self._signal(replica, signal.SIGTERM)
+                stopped += 1
+        if moved:
+            logger.warning(
+                "state directory %s belonged to %s, not to console %s node %s: its done list (%s replicas) and "
+                "%s replicas set aside in %s, %s of them still running and told to stop; %s adopted",
+                self.state_dir,
+                previous,
+                console,
+                node_id,
+                len(self.done),
+                len(left),
+                aside,
+                stopped,
+                len(self.held),
+            )
+        else:
+            logger.info("state directory %s belongs to console %s node %s", self.state_dir, console, node_id)
+        self.done = []
+        temporary = self.state_dir / "identity.tmp"
+        temporary.write_text(json.dumps({"console": console, "node_id": node_id}))
+        os.replace(temporary, self.state_dir / IDENTITY_FILE)
+        self.owner = (console, node_id)
+
+    def _decline(self, replica: int, job: int, why: str) -> None:
+        if replica in self.declined:
+            return
+        if len(self.declined) >= DONE_REMEMBERED:
+            self.declined.clear()
+        self.declined.add(replica)
+        logger.warning("declined the start of replica %s of job %s: %s", replica, job, why)
 
     def _forget(self, replica: Replica) -> None:
         """The console has recorded the exit: no more reports, and never a start again."""
@@ -313,20 +395,31 @@ class Agent:
         return environment
 
     def start(self, start: dict[str, Any]) -> None:
-        replica_id = int(start["replica"])
-        if replica_id in self.held or replica_id in self.done:
+        replica_id, job = int(start["replica"]), int(start["job"])
+        if replica_id in self.held:
             return  # the same answer twice, or a start the console sent before it saw the report
-        log = self._log_path(replica_id, int(start["job"]))
-        with open(log, "ab") as output:
-            child = subprocess.Popen(  # the console's command, with sh -c (AGENT.md)
-                ["sh", "-c", WRAPPER, str(start["command"]), str(self._exit_path(replica_id))],
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                env=self._environment(start),
-                cwd=str(self.state_dir),
-                start_new_session=True,
-            )
+        if replica_id in self.done:
+            # Reported exited and forgotten by this console's record: starting it again would run it twice.
+            self._decline(replica_id, job, "it ran here and finished before (the state directory's done list)")
+            return
+        log = self._log_path(replica_id, job)
+        try:
+            # A code left by a process of a state set aside (the same id from another console) is not this one's.
+            self._exit_path(replica_id).unlink(missing_ok=True)
+            with open(log, "ab") as output:
+                child = subprocess.Popen(  # the console's command, with sh -c (AGENT.md)
+                    ["sh", "-c", WRAPPER, str(start["command"]), str(self._exit_path(replica_id))],
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    env=self._environment(start),
+                    cwd=str(self.state_dir),
+                    start_new_session=True,
+                )
+        except OSError as error:
+            # Asked again at each beat, tried again each time; the console gives up after a few beats.
+            self._decline(replica_id, job, f"cannot start its process ({error})")
+            return
         replica = Replica(
             replica=replica_id,
             job=int(start["job"]),
@@ -336,7 +429,10 @@ class Agent:
         )
         self.children[replica_id] = child
         self.held[replica_id] = replica
-        self._save(replica)
+        try:
+            self._save(replica)
+        except OSError as error:
+            logger.warning("replica %s runs, but a restarted agent will not know it: %s", replica_id, error)
         logger.info("started replica %s of job %s (pid %s)", replica_id, replica.job, child.pid)
 
     def stop(self, stop: dict[str, Any]) -> None:
@@ -357,6 +453,13 @@ class Agent:
         """Kill what outlived its grace, notice exits; True when a process exited (beat early)."""
         exited = False
         now = time.time()
+        for replica in list(self.foreign.values()):
+            if not _alive(replica.pid, replica.started):
+                del self.foreign[replica.replica]
+                logger.info("the other console's replica %s (pid %s) has stopped", replica.replica, replica.pid)
+            elif replica.stop_deadline is not None and now >= replica.stop_deadline and not replica.killed:
+                replica.killed = True
+                self._signal(replica, signal.SIGKILL)
         for replica in list(self.held.values()):
             if replica.exit_code is not None:
                 continue
@@ -409,14 +512,26 @@ class Agent:
         return body, offsets
 
     def register(self) -> dict[str, Any]:
+        console, node_id = self.owner
+        held = [{"replica": r.replica, "job": r.job, "pid": r.pid} for r in self.held.values()]
         answer = self.client.post(
-            "/api/v1/agent/register/", json={"node": self.node, "version": __version__, "gpus": self.gpus.devices()}
+            "/api/v1/agent/register/",
+            json={
+                "node": self.node,
+                "version": __version__,
+                "gpus": self.gpus.devices(),
+                "state_console": console,
+                "state_node_id": node_id,
+                "held": held,
+            },
         )
         answer.raise_for_status()
         registration: dict[str, Any] = answer.json()
         self.heartbeat_seconds = float(registration.get("heartbeat_seconds", self.heartbeat_seconds))
         if registration.get("mismatch"):
             logger.warning("the console cordoned %s: %s", self.node, "; ".join(registration["mismatch"]))
+        if "console" in registration:  # a console older than identities keeps the directory as it is
+            self._claim(registration)
         return registration
 
     def beat(self) -> dict[str, Any]:
@@ -459,6 +574,8 @@ class Agent:
                     self.beat()
                 except (httpx.HTTPError, ValueError) as error:
                     logger.warning("console unreachable or refused: %s", error)
+                except OSError as error:  # the state directory: full, or not writable
+                    logger.warning("state directory %s: %s", self.state_dir, error)
                 next_beat = time.monotonic() + beat_delay(self.heartbeat_seconds)
             time.sleep(POLL_SECONDS)
 

@@ -177,6 +177,24 @@ class NodeAgent(models.Model):
         max_length=40, blank=True, default="", help_text="The agent's, at its last registration."
     )
     lost_at = models.DateTimeField(null=True, blank=True)
+    # The last start its agent did not take up in time (AGENT_START_BEATS heartbeats), and why:
+    # the Nodes page warns until the agent takes up a start again.
+    start_missed_at = models.DateTimeField(null=True, blank=True)
+    start_missed = models.CharField(max_length=300, blank=True, default="")
 
     def __str__(self) -> str:
         return f"agent of {self.node_id}"
+
+
+class Installation(models.Model):
+    """This console's identity, made once (at its first use) and kept: one row, never changed.
+
+    A database rebuilt or another console numbers its replicas from 1 again, so an agent's memory of
+    replica ids (its state directory), or a Slurm job's name, means something only together with the
+    identity of the console that gave them out (docs/agent.md, "The state directory")."""
+
+    identity = models.UUIDField(unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"console {self.identity}"

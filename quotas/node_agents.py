@@ -11,17 +11,18 @@ from __future__ import annotations
 import hashlib
 import secrets
 import threading
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from quotas import audit
-from quotas.models import GpuDevice, Node, NodeAgent, NodeState
+from quotas.models import GpuDevice, Installation, Node, NodeAgent, NodeState
 from quotas.services import Actor, _require_platform_admin
 
 # Every node token starts with this, so a node token pasted where a user token goes is recognised
@@ -110,6 +111,23 @@ def verify_token(agent: NodeAgent) -> None:
         forget_token(agent.token_hash)
         raise NodeTokenRevoked(agent.token_hash)
     agent.lost_at = current[0]
+
+
+def installation_identity() -> str:
+    """This console's identity (a UUID), made at its first use and kept in the database.
+
+    What an agent's state directory remembers is keyed by it and the node's id (the registration
+    answer carries both); an executor that adopts its own work after a restart (Slurm's jobs)
+    can mark that work with it in the same way, so that only the console that started it adopts it."""
+    existing = Installation.objects.values_list("identity", flat=True).first()
+    if existing is not None:
+        return str(existing)
+    try:
+        with transaction.atomic():
+            Installation.objects.create(pk=1, identity=uuid.uuid4())
+    except IntegrityError:
+        pass  # another process made it first: theirs is the one
+    return str(Installation.objects.values_list("identity", flat=True).get(pk=1))
 
 
 @dataclass(frozen=True, slots=True)

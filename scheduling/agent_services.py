@@ -29,9 +29,9 @@ from django.dispatch import Signal
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from quotas import bounds
+from quotas import audit, bounds
 from quotas.models import Node, NodeAgent, NodeExecutor, NodeState
-from quotas.node_agents import NodeTokenRevoked, forget_token, mark_seen
+from quotas.node_agents import NodeTokenRevoked, forget_token, installation_identity, mark_seen
 from scheduling import lifecycle, triggers
 from scheduling.models import (
     AgentProcess,
@@ -46,6 +46,9 @@ from scheduling.models import (
 
 logger = logging.getLogger(__name__)
 
+# The grace of a stop for a process left from a state directory of another console: the console
+# knows nothing of its job, and the devices it holds may be placed on already.
+FOREIGN_STOP_GRACE_SECONDS: Final = 10.0
 # How many of the log's last lines go into the event of a failed job.
 FAILURE_LOG_LINES = 20
 # A job with no command on an agent node still holds its GPUs for its duration (or until ended).
@@ -93,6 +96,75 @@ class Desired:
     heartbeat_seconds: float = 2.0
 
 
+@dataclass(frozen=True, slots=True)
+class HeldProcess:
+    """A process the agent's state directory holds when it registers (running, or exited unreported)."""
+
+    replica: int
+    job: int
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Whose the agent's state directory is: this console's identity and the node's, the replicas
+    the agent keeps and reports as this console's, and those it stops (if alive) and forgets."""
+
+    console: str
+    node_id: int
+    adopt: list[int]
+    stop: list[int]
+    stop_grace_seconds: float = FOREIGN_STOP_GRACE_SECONDS
+
+
+def claim_state(
+    *, agent: NodeAgent, state_console: str, state_node_id: int | None, held: Sequence[HeldProcess]
+) -> Claim:
+    """At registration: the agent says whose its state directory was (the identity it recorded,
+    blank when none) and the processes it holds; the console decides which are its own.
+
+    Its own identity: all of them, as a restart's adoption (AGENT.md). Another console's: none, for
+    that console's replica ids mean other replicas here. No identity recorded (a state directory
+    older than identities) or this console's for another node: those that this node's rows show
+    running with the same pid. Anything else is stopped; the decision is audited."""
+    console = installation_identity()
+    node = agent.node
+    replicas = sorted(process.replica for process in held)
+    if state_console == console and state_node_id == node.pk:
+        return Claim(console=console, node_id=node.pk, adopt=replicas, stop=[])
+    adopt: list[int] = []
+    if held and state_console in ("", console):
+        running = dict(
+            AgentProcess.objects.filter(
+                node_id=node.pk, replica__in=replicas, state=AgentProcessState.RUNNING
+            ).values_list("replica", "pid")
+        )
+        adopt = sorted(process.replica for process in held if running.get(process.replica, -1) == process.pid)
+    stop = sorted(set(replicas) - set(adopt))
+    if held or state_console:
+        audit.record(
+            actor=None,
+            action="node.agent_state",
+            object_type="node",
+            object_id=node.pk,
+            object_repr=node.name,
+            before={
+                "console": state_console or None,
+                "node_id": state_node_id,
+                "processes": [{"replica": p.replica, "job": p.job, "pid": p.pid} for p in held],
+            },
+            after={"console": console, "node_id": node.pk, "adopted": adopt, "stopped": stop},
+        )
+        if stop:
+            logger.warning(
+                "the agent on %s holds %s processes of another console (%s): told to stop them",
+                node.name,
+                len(stop),
+                state_console or "none recorded",
+            )
+    return Claim(console=console, node_id=node.pk, adopt=adopt, stop=stop)
+
+
 # The agent's token, its node's current row, the node's placements with what a start needs, and
 # the agent's process rows: one statement, without the ORM's compile step (a beat runs it each
 # time: compiling the joins cost as much as running them). The token is checked here because the
@@ -103,15 +175,15 @@ class Desired:
 # part's the processes.
 _PROCESS_FIELDS = ("id", "node_id", "replica", "job_id", "state", "pid", "exit_code", "started_at", "exited_at")
 _PLACEMENT_COLUMNS = (
-    "id", "job_id", "devices", "fraction", "state", "revision", "name", "command", "duration",
+    "id", "job_id", "devices", "fraction", "start_asked_at", "state", "revision", "name", "command", "duration",
     "grace_seconds", "requeue", "quota", "replicas",
 )  # fmt: skip
 _NO_PROCESS = ", ".join(["NULL"] * len(_PROCESS_FIELDS))
-_NO_PLACEMENT = ", ".join(["NULL"] * (4 + len(_PLACEMENT_COLUMNS)))
+_NO_PLACEMENT = ", ".join(["NULL"] * (5 + len(_PLACEMENT_COLUMNS)))
 _BEAT_SQL = f"""
-SELECT 0, a.lost_at, n.state, n.executor, n.last_heartbeat,
-       p.id, p.job_id, p.devices, p.fraction, j.state, j.revision, j.name, j.command, j.duration,
-       j.grace_seconds, j.requeue, q.name, j.running_replicas, {_NO_PROCESS}
+SELECT 0, a.lost_at, a.start_missed_at, n.state, n.executor, n.last_heartbeat,
+       p.id, p.job_id, p.devices, p.fraction, p.start_asked_at, j.state, j.revision, j.name, j.command,
+       j.duration, j.grace_seconds, j.requeue, q.name, j.running_replicas, {_NO_PROCESS}
 FROM quotas_nodeagent a
 JOIN quotas_node n ON n.id = a.node_id
 LEFT JOIN scheduling_replicaplacementrecord p ON p.node_id = a.node_id
@@ -124,8 +196,8 @@ FROM quotas_nodeagent a
 JOIN scheduling_agentprocess r ON r.node_id = a.node_id
 WHERE a.id = %s AND a.token_hash = %s
 """
-_PLACEMENT_AT: Final = slice(5, 5 + len(_PLACEMENT_COLUMNS))
-_PROCESS_AT: Final = slice(5 + len(_PLACEMENT_COLUMNS), None)
+_PLACEMENT_AT: Final = slice(6, 6 + len(_PLACEMENT_COLUMNS))
+_PROCESS_AT: Final = slice(6 + len(_PLACEMENT_COLUMNS), None)
 
 
 class _ServerBindingDebugCursor(CursorDebugWrapper):
@@ -179,16 +251,18 @@ def _read_beat(
     if not own:
         forget_token(agent.token_hash)
         raise NodeTokenRevoked(agent.token_hash)
-    lost_at, node.state, node.executor, last_heartbeat = own[0][1:5]
+    lost_at, start_missed_at, node.state, node.executor, last_heartbeat = own[0][1:6]
     agent.lost_at, node.last_heartbeat = _moment(lost_at), _moment(last_heartbeat)
+    agent.start_missed_at = _moment(start_missed_at)
     placements = {}
     for row in own:
-        if row[5] is None:
+        if row[6] is None:
             continue  # the node's row alone: nothing is placed on it
         placement = dict(zip(_PLACEMENT_COLUMNS, row[_PLACEMENT_AT], strict=True))
         if isinstance(placement["devices"], str):  # SQLite hands JSON back as text
             placement["devices"] = json.loads(placement["devices"])
         placement["requeue"] = bool(placement["requeue"])
+        placement["start_asked_at"] = _moment(placement["start_asked_at"])
         placements[placement["id"]] = placement
     processes = {}
     for row in rows:
@@ -296,7 +370,12 @@ def heartbeat(*, agent: NodeAgent, processes: Sequence[ProcessReport], now: date
     _add_ranks(placements, {replica for replica in placements if replica not in rows})
     change = _changes_of(placements, rows, reported, node=node, now=now)
     releasing = any(row["state"] == JobState.RELEASING for row in placements.values())
-    if not (change or releasing or agent.lost_at is not None):
+    unasked, overdue = _starts_pending(placements, rows, reported, node=node, now=now)
+    if unasked:
+        # The clock of each start runs from the first answer that asks for it; one statement,
+        # only in a beat that asks for something new.
+        ReplicaPlacementRecord.objects.filter(pk__in=unasked, start_asked_at__isnull=True).update(start_asked_at=now)
+    if not (change or releasing or overdue or agent.lost_at is not None):
         mark_seen(agent=agent, node=node, now=now)
         return _answer(node, placements, rows, reported, ended=set())
     with transaction.atomic():
@@ -305,6 +384,11 @@ def heartbeat(*, agent: NodeAgent, processes: Sequence[ProcessReport], now: date
         JobEvent.objects.bulk_create(change.new_events)
         _append_logs(change.lines_by_job, change.truncated_jobs, now)
         ended = _settle_jobs(placements, rows, reported, change.outcomes, node=node, now=now)
+        ended |= _give_up_starts(agent, placements, overdue, ended, node=node, now=now)
+        if change.new_rows and agent.start_missed_at is not None and not overdue:
+            # It takes up starts again: the Nodes page's warning has done its work.
+            NodeAgent.objects.filter(pk=agent.pk).update(start_missed_at=None, start_missed="")
+            agent.start_missed_at, agent.start_missed = None, ""
         if change.exited_rows or any(row.state == AgentProcessState.EXITED for row in change.new_rows):
             # An exited process's row is kept while its replica is still placed here (so that it
             # is never started again) and forgotten after: rows would only grow. A row is left
@@ -319,6 +403,77 @@ def heartbeat(*, agent: NodeAgent, processes: Sequence[ProcessReport], now: date
             node.state = NodeState.READY
             triggers.request_cycle_on_commit("node-back")
     return _answer(node, placements, rows, reported, ended)
+
+
+def start_deadline_seconds() -> float:
+    """How long an agent has to report a start it was asked for: AGENT_START_BEATS heartbeats.
+
+    An agent reports a process at its first beat after the answer that asked for it (it starts
+    what an answer asks before it beats again), so a start still missing this many beats later was
+    lost on the way or refused: a state directory it cannot write, a fork that fails."""
+    return float(settings.AGENT_START_BEATS) * float(settings.AGENT_HEARTBEAT_SECONDS)
+
+
+def _starts_pending(
+    placements: dict[int, dict[str, Any]],
+    rows: dict[int, AgentProcess],
+    reported: dict[int, ProcessReport],
+    *,
+    node: Node,
+    now: datetime,
+) -> tuple[list[int], list[int]]:
+    """The starts this beat asks for the first time, and those asked for so long ago that the agent
+    will not take them up (start_deadline_seconds)."""
+    if node.executor != NodeExecutor.AGENT:
+        return [], []
+    unasked: list[int] = []
+    overdue: list[int] = []
+    deadline = start_deadline_seconds()
+    for replica, row in placements.items():
+        if row["state"] != JobState.RUNNING or replica in rows or replica in reported:
+            continue
+        asked = row["start_asked_at"]
+        if asked is None:
+            unasked.append(replica)
+        elif (now - asked).total_seconds() >= deadline:
+            overdue.append(replica)
+    return unasked, overdue
+
+
+def _give_up_starts(
+    agent: NodeAgent,
+    placements: dict[int, dict[str, Any]],
+    overdue: Sequence[int],
+    ended: set[int],
+    *,
+    node: Node,
+    now: datetime,
+) -> set[int]:
+    """Jobs with a start the agent did not take up in time go back to the queue, with an event
+    saying so, and the node shows a warning. Returns the jobs requeued."""
+    requeued: set[int] = set()
+    deadline = start_deadline_seconds()
+    for replica in sorted(overdue):
+        row = placements[replica]
+        job_id = row["job_id"]
+        if job_id in ended or job_id in requeued:
+            continue
+        if lifecycle.requeue_unstarted(
+            job_id=job_id,
+            seen_revision=row["revision"],
+            now=now,
+            message=f"the agent on {node.name} did not start it within {deadline:g} s",
+        ):
+            requeued.add(job_id)
+            logger.warning("the agent on %s did not start replica %s of job %s in time", node.name, replica, job_id)
+    if requeued:
+        missed = f"did not start job {min(requeued)} within {deadline:g} s"
+        if len(requeued) > 1:
+            missed = f"did not start {len(requeued)} jobs within {deadline:g} s"
+        NodeAgent.objects.filter(pk=agent.pk).update(start_missed_at=now, start_missed=missed)
+        agent.start_missed_at, agent.start_missed = now, missed
+        triggers.request_cycle_on_commit("start-missed")
+    return requeued
 
 
 @dataclass(slots=True)

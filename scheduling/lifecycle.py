@@ -89,6 +89,21 @@ def release_job(
     return str(values["state"])
 
 
+def requeue_unstarted(*, job_id: int, seen_revision: int, now: datetime, message: str) -> bool:
+    """A running job one of whose replicas its agent never started goes back to the queue, with
+    `message` in a `requeued` event. Not a preemption (nothing of it ran on that node), so its
+    `preemptions` and `requeue` are left alone. False when the job was no longer as seen."""
+    values = released_values(requeue=True, now=now)
+    changed = Job.objects.filter(pk=job_id, state=JobState.RUNNING, revision=seen_revision).update(
+        revision=F("revision") + 1, **values
+    )
+    if not changed:
+        return False
+    ReplicaPlacementRecord.objects.filter(job_id=job_id).delete()
+    add_event(job_id=job_id, kind=JobEventKind.REQUEUED, at=now, message=message)
+    return True
+
+
 # A job cancelled while its processes run on agent nodes is `releasing` with this reason until
 # its agents report them gone (or its node is lost); then it is cancelled (AGENT.md).
 CANCELLING: str = "cancelling"

@@ -129,6 +129,9 @@ class ReplicaPlacementRecord(models.Model):
     node = models.ForeignKey("quotas.Node", on_delete=models.PROTECT, related_name="placements")
     devices = models.JSONField(default=list)
     fraction = models.FloatField(default=1.0)
+    # On an agent node: when a beat's answer first asked the agent to start it. A start not taken
+    # up AGENT_START_BEATS heartbeats later is given up (scheduling.agent_services).
+    start_asked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["job_id", "id"]

@@ -29,6 +29,8 @@ from scheduling import agent_services
 from scheduling.models import AgentProcessState
 
 _ID_MAX = 2**63 - 1
+# A console's identity is a UUID's 36 characters (quotas.node_agents.installation_identity).
+_CONSOLE_MAX_LENGTH = 36
 
 
 class AgentDeviceSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
@@ -36,6 +38,12 @@ class AgentDeviceSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any
     uuid = serializers.CharField(allow_blank=True, **text("uuid", bounds.AGENT_DEVICE_UUID_MAX_LENGTH, blank=True))
     model = serializers.CharField(allow_blank=True, **text("model", bounds.GPU_MODEL_MAX_LENGTH, blank=True))
     memory_mib = serializers.IntegerField(**within("memory_mib", bounds.AGENT_DEVICE_MEMORY_MIB_MAX))
+
+
+class AgentHeldSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
+    replica = serializers.IntegerField(**within("replica", _ID_MAX))
+    job = serializers.IntegerField(**within("job", _ID_MAX))
+    pid = serializers.IntegerField(**within("pid", bounds.AGENT_PID_MAX))
 
 
 class AgentRegisterSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
@@ -54,6 +62,34 @@ class AgentRegisterSerializer(JsonTypedMixin, serializers.Serializer[dict[str, A
         max_length=bounds.NODE_GPUS_MAX,
         error_messages={"max_length": f"gpus has at most {bounds.NODE_GPUS_MAX} entries."},
     )
+    state_console = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="The console identity the agent's state directory belongs to; empty when it records none.",
+        **text("state_console", _CONSOLE_MAX_LENGTH, blank=True),
+    )
+    state_node_id = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The node id the agent's state directory belongs to.",
+        **within("state_node_id", _ID_MAX),
+    )
+    held = serializers.ListField(
+        child=AgentHeldSerializer(),
+        required=False,
+        default=list,
+        max_length=bounds.AGENT_PROCESSES_MAX,
+        help_text="The processes the state directory holds, running or exited and not yet reported.",
+        error_messages={"max_length": f"held has at most {bounds.AGENT_PROCESSES_MAX} entries."},
+    )
+
+    def validate_held(self, held: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        replicas = [process["replica"] for process in held]
+        if len(set(replicas)) != len(replicas):
+            raise serializers.ValidationError("each replica appears once.")
+        return held
 
     def validate_gpus(self, gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
         indices = [gpu["index"] for gpu in gpus]
@@ -68,6 +104,15 @@ class AgentRegistrationSerializer(serializers.Serializer[dict[str, Any]]):
     mismatch = serializers.ListField(child=serializers.CharField(), help_text="Empty when the host matches.")
     cordoned = serializers.BooleanField(help_text="True when this registration cordoned the node.")
     heartbeat_seconds = serializers.FloatField()
+    console = serializers.CharField(help_text="This console's identity: the agent keys its state directory by it.")
+    node_id = serializers.IntegerField(help_text="The node's identity in this console, with `console`.")
+    adopt = serializers.ListField(
+        child=serializers.IntegerField(), help_text="Held replicas to keep and report as this console's."
+    )
+    stop = serializers.ListField(
+        child=serializers.IntegerField(), help_text="Held replicas that are not this console's: stop, then forget."
+    )
+    stop_grace_seconds = serializers.FloatField(help_text="SIGTERM to those, SIGKILL once this has passed.")
 
 
 class AgentProcessSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
@@ -188,15 +233,22 @@ class AgentRegisterView(_AgentView):
     def post(self, request: Request) -> Response:
         serializer = AgentRegisterSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        agent = _own_node(request, serializer.validated_data["node"])
+        validated = serializer.validated_data
+        agent = _own_node(request, validated["node"])
         try:
             registration = register_agent(
                 agent=agent,
-                devices=[ReportedDevice(**gpu) for gpu in serializer.validated_data["gpus"]],
-                version=serializer.validated_data["version"],
+                devices=[ReportedDevice(**gpu) for gpu in validated["gpus"]],
+                version=validated["version"],
             )
         except NodeTokenRevoked:
             raise AuthenticationFailed(REVOKED) from None
+        claim = agent_services.claim_state(
+            agent=agent,
+            state_console=validated["state_console"],
+            state_node_id=validated["state_node_id"],
+            held=[agent_services.HeldProcess(**process) for process in validated["held"]],
+        )
         return Response(
             {
                 "node": registration.node.name,
@@ -204,6 +256,11 @@ class AgentRegisterView(_AgentView):
                 "mismatch": registration.mismatch,
                 "cordoned": registration.cordoned,
                 "heartbeat_seconds": float(settings.AGENT_HEARTBEAT_SECONDS),
+                "console": claim.console,
+                "node_id": claim.node_id,
+                "adopt": claim.adopt,
+                "stop": claim.stop,
+                "stop_grace_seconds": claim.stop_grace_seconds,
             }
         )
 
