@@ -10,6 +10,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from quotas import bounds
@@ -178,6 +180,23 @@ def test_a_start_reported_in_time_is_kept_and_a_start_taken_up_clears_the_warnin
     assert AgentProcess.objects.filter(replica=again.pk, state=AgentProcessState.RUNNING).exists()
     agent = NodeAgent.objects.get(node__name="gpu-1")
     assert (agent.start_missed_at, agent.start_missed) == (None, "")
+
+
+def test_the_first_ask_costs_one_statement_and_asking_again_none(agent_cluster: Cluster) -> None:
+    _submit(agent_cluster, "train", gpus=1, command="echo hi")
+    client = _gpu_1(agent_cluster)
+    with CaptureQueriesContext(connection) as first:
+        _beat(client, "gpu-1")
+    with CaptureQueriesContext(connection) as again:
+        _beat(client, "gpu-1")
+
+    def stamps(beat: CaptureQueriesContext) -> list[str]:
+        return [
+            q["sql"] for q in beat.captured_queries if q["sql"].startswith("UPDATE") and "start_asked_at" in q["sql"]
+        ]
+
+    assert len(stamps(first)) == 1
+    assert stamps(again) == []
 
 
 def test_the_deadline_follows_the_settings(agent_cluster: Cluster, settings: Any) -> None:
