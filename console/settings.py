@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "workspaces",
     "scheduling",
     "telemetry",
+    "slurm",
     "live",
     "console",
 ]
@@ -289,6 +290,14 @@ AGENT_HEARTBEAT_SECONDS: float = env.float("AGENT_HEARTBEAT_SECONDS", default=2.
 AGENT_FOLLOW_UP_SECONDS: float = env.float("AGENT_FOLLOW_UP_SECONDS", default=1.0)
 NODE_LOST_SECONDS: float = env.float("NODE_LOST_SECONDS", default=30.0)
 NODE_LOST_GRACE_SECONDS: float = env.float("NODE_LOST_GRACE_SECONDS", default=30.0)
+# A Slurm cluster (docs/slurm.md): with SLURM_CONF set (the path of its slurm.conf), the console
+# keeps its nodes and runs the jobs placed there as Slurm jobs. Every client command is given
+# SLURM_COMMAND_SECONDS; the inventory is read at most every SLURM_SYNC_SECONDS. Jobs write their
+# output under SLURM_OUTPUT_DIR, a directory the compute nodes and the console both see.
+SLURM_CONF: str = env.str("SLURM_CONF", default="")
+SLURM_COMMAND_SECONDS: float = env.float("SLURM_COMMAND_SECONDS", default=10.0)
+SLURM_SYNC_SECONDS: float = env.float("SLURM_SYNC_SECONDS", default=2.0)
+SLURM_OUTPUT_DIR: str = env.str("SLURM_OUTPUT_DIR", default=str(BASE_DIR / "var" / "slurm"))
 # A replica an agent was asked to start and has not reported running (or exited) this many
 # heartbeats later goes back to the queue, and its node shows a warning (a start lost on the way,
 # or refused by the agent: a state directory it cannot write, a fork that fails).

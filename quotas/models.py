@@ -50,6 +50,7 @@ class NodeExecutor(models.TextChoices):
 
     SIMULATED = "simulated", "Simulated"
     AGENT = "agent", "Node agent"
+    SLURM = "slurm", "Slurm"
 
 
 class Node(models.Model):

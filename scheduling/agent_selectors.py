@@ -17,6 +17,16 @@ def jobs_on_agent_nodes(job_ids: Sequence[int]) -> set[int]:
     )
 
 
+def node_executors_of_jobs(job_ids: Sequence[int]) -> dict[int, str]:
+    """The executor of the nodes each of these jobs is placed on (a job on simulated nodes only
+    is left out; a job on a real node goes to that node's executor): one query."""
+    return dict(
+        ReplicaPlacementRecord.objects.filter(job_id__in=list(job_ids))
+        .exclude(node__executor=NodeExecutor.SIMULATED)
+        .values_list("job_id", "node__executor")
+    )
+
+
 def job_log(*, job: Job) -> tuple[list[str], bool]:
     """The job's last lines as its agents shipped them, and whether earlier ones were dropped."""
     log = JobLog.objects.filter(job=job).values_list("lines", "truncated").first()

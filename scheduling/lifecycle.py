@@ -110,7 +110,8 @@ CANCELLING: str = "cancelling"
 
 
 def _runs_on_agent_nodes(job_id: int) -> bool:
-    return ReplicaPlacementRecord.objects.filter(job_id=job_id, node__executor=NodeExecutor.AGENT).exists()
+    # Agent and Slurm nodes alike: real processes, gone only when their host says so.
+    return ReplicaPlacementRecord.objects.filter(job_id=job_id).exclude(node__executor=NodeExecutor.SIMULATED).exists()
 
 
 def end_job(

@@ -24,39 +24,54 @@ def executor_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+# Executors of nodes by their `Node.executor` (beside the agent's, which scheduling has itself):
+# apps above scheduling hand theirs in from their ready() (the slurm app: "slurm").
+_NODE_EXECUTORS: dict[str, Callable[[], Executor]] = {}
+
+
+def register_node_executor(node_executor: str, factory: Callable[[], Executor]) -> None:
+    """Jobs placed on nodes whose `executor` is `node_executor` go to the executor `factory` makes."""
+    _NODE_EXECUTORS[str(node_executor)] = factory
+
+
 class PerNodeExecutor:
     """The chosen executor for jobs on its nodes, the agent executor for jobs on agent nodes
-    (`Node.executor`), so simulated and real nodes mix in one cluster. It answers to the chosen
-    executor's name: the scheduler's status shows the cluster's default."""
+    (`Node.executor`), and each registered node executor for jobs on its nodes (the slurm app's),
+    so simulated and real nodes mix in one cluster. It answers to the chosen executor's name: the
+    scheduler's status shows the cluster's default."""
 
     def __init__(self, default: Executor) -> None:
         self.default = default
         self.agent = AgentExecutor()
+        self.by_node_executor: dict[str, Executor] = {"agent": self.agent}
+        self.by_node_executor.update({name: factory() for name, factory in _NODE_EXECUTORS.items()})
         self.name = default.name
 
-    def _split(self, jobs: Sequence[Job]) -> tuple[list[Job], list[Job]]:
-        from scheduling.agent_selectors import jobs_on_agent_nodes
+    def _split(self, jobs: Sequence[Job]) -> list[tuple[Executor, list[Job]]]:
+        from scheduling.agent_selectors import node_executors_of_jobs
 
-        on_agents = jobs_on_agent_nodes([job.pk for job in jobs]) if jobs else set()
-        return [job for job in jobs if job.pk not in on_agents], [job for job in jobs if job.pk in on_agents]
+        executor_of = node_executors_of_jobs([job.pk for job in jobs]) if jobs else {}
+        groups: dict[str, list[Job]] = {}
+        for job in jobs:
+            groups.setdefault(executor_of.get(job.pk, ""), []).append(job)
+        return [(self.by_node_executor.get(name, self.default), group) for name, group in groups.items()]
 
     def on_admitted(self, job: Job) -> None:
         self.on_admitted_many([job])
 
     def on_admitted_many(self, jobs: Sequence[Job]) -> None:
-        default, on_agents = self._split(jobs)
-        self.default.on_admitted_many(default)
-        self.agent.on_admitted_many(on_agents)
+        if not jobs:
+            self.default.on_admitted_many(jobs)
+        for executor, group in self._split(jobs):
+            executor.on_admitted_many(group)
 
     def on_evicted(self, job: Job) -> None:
-        default, on_agents = self._split([job])
-        for one in default:
-            self.default.on_evicted(one)
-        for one in on_agents:
-            self.agent.on_evicted(one)
+        for executor, group in self._split([job]):
+            for one in group:
+                executor.on_evicted(one)
 
     def tick(self, now: datetime) -> int:
-        return self.default.tick(now) + self.agent.tick(now)
+        return self.default.tick(now) + sum(executor.tick(now) for executor in self.by_node_executor.values())
 
 
 def get_executor(name: str | None = None) -> Executor:
@@ -74,4 +89,5 @@ __all__ = [
     "executor_names",
     "get_executor",
     "register_executor",
+    "register_node_executor",
 ]

@@ -34,8 +34,8 @@ logger = logging.getLogger(__name__)
 
 # Rows per statement (ids in one IN list, objects in one INSERT).
 _BATCH = 1000
-# Jobs with a replica on an agent node belong to the agent executor (`executors.PerNodeExecutor`).
-_ON_AGENT_NODES = ReplicaPlacementRecord.objects.filter(node__executor=NodeExecutor.AGENT).values("job_id")
+# Jobs with a replica on a real node (agent, Slurm) belong to its executor (`executors.PerNodeExecutor`).
+_ON_AGENT_NODES = ReplicaPlacementRecord.objects.exclude(node__executor=NodeExecutor.SIMULATED).values("job_id")
 
 
 class _Raced(Exception):

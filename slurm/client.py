@@ -1,0 +1,262 @@
+"""Slurm's client commands, each bounded in time, and what their answers mean to the console.
+
+Plain Python (no Django): `sinfo --json` and `squeue --json` read the cluster, `sbatch` submits,
+`scancel` signals and cancels. Every call has a timeout; a command that does not answer, cannot
+be run, or answers something else than its JSON raises `SlurmUnavailable` with one sentence, which
+the executor turns into node states and a log line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Slurm's base node states that leave a node out of use, and the flags that drain it.
+_DOWN_STATES = frozenset({"down", "fail", "future", "unknown", "invalid"})
+_DOWN_FLAGS = frozenset({"NOT_RESPONDING", "FAIL", "POWERED_DOWN", "POWER_DOWN", "INVALID_REG", "REBOOT_ISSUED"})
+_DRAIN_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED"})
+# squeue's job states of a job that still holds (or is about to hold) its node.
+LIVE_JOB_STATES = frozenset(
+    {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}
+)
+_GRES_GPU = re.compile(r"^gpu(?::(?P<model>[^:(]+))?:(?P<count>\d+)")
+_GRES_INDICES = re.compile(r"IDX:(?P<indices>[0-9,\-]+)")
+
+
+class SlurmUnavailable(Exception):
+    """A Slurm command did not answer in time, failed, or said something unreadable (the message says which)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmNode:
+    name: str
+    gpus: int
+    gpu_model: str
+    cpus: int
+    memory_mib: int
+    partition: str
+    # "up", "drain" or "down": what the console's node state follows.
+    availability: str
+    state: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmJob:
+    slurm_id: int
+    name: str
+    comment: str
+    state: str
+    reason: str
+    nodes: str
+    # The process's exit status as wait() gives it: code << 8, or the signal number.
+    exit_status: int
+    gpu_indices: tuple[int, ...]
+    gpus: int
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE_JOB_STATES
+
+    @property
+    def exit_code(self) -> int:
+        """The code a shell would report: the exit code, or 128 + the signal that ended it."""
+        signal = self.exit_status & 0x7F
+        return 128 + signal if signal else (self.exit_status >> 8) & 0xFF
+
+
+def gpus_of_gres(gres: str) -> tuple[int, str]:
+    """GPUs and model of a GRES string such as `gpu:a100:8,nic:1` (0 and "" without GPUs)."""
+    for part in (gres or "").split(","):
+        found = _GRES_GPU.match(part.strip())
+        if found:
+            return int(found["count"]), found["model"] or ""
+    return 0, ""
+
+
+def indices_of_gres(details: Sequence[str]) -> tuple[int, ...]:
+    """The GPU indices of `gpu:fake:2(IDX:0-1)` entries (squeue's gres_detail)."""
+    indices: list[int] = []
+    for detail in details:
+        if not detail.startswith("gpu"):
+            continue
+        found = _GRES_INDICES.search(detail)
+        if not found:
+            continue
+        for span in found["indices"].split(","):
+            first, _, last = span.partition("-")
+            indices.extend(range(int(first), int(last or first) + 1))
+    return tuple(sorted(set(indices)))
+
+
+def availability(state: str, flags: Sequence[str]) -> str:
+    flag_set = {flag.upper() for flag in flags}
+    if state.lower() in _DOWN_STATES or flag_set & _DOWN_FLAGS:
+        return "down"
+    if flag_set & _DRAIN_FLAGS:
+        return "drain"
+    return "up"
+
+
+class SlurmClient:
+    """The client commands against one cluster (`conf` is its slurm.conf), each within `timeout` seconds."""
+
+    def __init__(self, *, conf: str, timeout: float) -> None:
+        self.conf = conf
+        self.timeout = timeout
+
+    def _run(self, argv: Sequence[str], *, stdin: str | None = None) -> str:
+        environment = {**os.environ, "SLURM_CONF": self.conf}
+        try:
+            finished = subprocess.run(
+                list(argv),
+                input=stdin,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                env=environment,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise SlurmUnavailable(f"{argv[0]} did not answer within {self.timeout:g} s") from None
+        except OSError as error:
+            raise SlurmUnavailable(f"{argv[0]} could not be run: {error.strerror or error}") from None
+        if finished.returncode != 0:
+            said = " ".join((finished.stderr or finished.stdout).split())[:300]
+            raise SlurmUnavailable(f"{argv[0]} failed with code {finished.returncode}: {said or 'no message'}")
+        return finished.stdout
+
+    def _json(self, argv: Sequence[str], key: str) -> list[Mapping[str, Any]]:
+        text = self._run(argv)
+        try:
+            answer = json.loads(text)
+            rows = answer[key]
+        except (ValueError, KeyError, TypeError):
+            raise SlurmUnavailable(f"{argv[0]} --json answered no {key!r} list") from None
+        if not isinstance(rows, list):
+            raise SlurmUnavailable(f"{argv[0]} --json answered no {key!r} list")
+        # An unreachable slurmctld is exit code 0 with an empty list and an `errors` entry.
+        errors = answer.get("errors") or []
+        if errors:
+            said = "; ".join(
+                str(error.get("description") or error.get("error") or error) if isinstance(error, dict) else str(error)
+                for error in errors[:3]
+            )
+            raise SlurmUnavailable(f"{argv[0]} answered an error: {said}")
+        return rows
+
+    def nodes(self) -> list[SlurmNode]:
+        nodes = []
+        for row in self._json(["sinfo", "--json"], "nodes"):
+            gpus, model = gpus_of_gres(str(row.get("gres") or ""))
+            partitions = row.get("partitions") or []
+            state = str(row.get("state") or "unknown")
+            flags = [str(flag) for flag in row.get("state_flags") or []]
+            nodes.append(
+                SlurmNode(
+                    name=str(row["name"]),
+                    gpus=gpus,
+                    gpu_model=model,
+                    cpus=int(row.get("cpus") or 0),
+                    memory_mib=int(row.get("real_memory") or 0),
+                    partition=str(partitions[0]) if partitions else "",
+                    availability=availability(state, flags),
+                    state="+".join([state.upper(), *flags]),
+                    reason=str(row.get("reason") or ""),
+                )
+            )
+        return nodes
+
+    def jobs(self) -> list[SlurmJob]:
+        """Every job slurmctld still knows, ended ones included (for MinJobAge seconds)."""
+        jobs = []
+        for row in self._json(["squeue", "--json", "--states=all"], "jobs"):
+            gpus, _model = gpus_of_gres(str(row.get("tres_per_node") or "").removeprefix("gres:"))
+            jobs.append(
+                SlurmJob(
+                    slurm_id=int(row["job_id"]),
+                    name=str(row.get("name") or ""),
+                    comment=str(row.get("comment") or ""),
+                    state=str(row.get("job_state") or "UNKNOWN").upper(),
+                    reason=str(row.get("state_reason") or ""),
+                    nodes=str(row.get("nodes") or ""),
+                    exit_status=int(row.get("exit_code") or 0),
+                    gpu_indices=indices_of_gres([str(detail) for detail in row.get("gres_detail") or []]),
+                    gpus=gpus,
+                )
+            )
+        return jobs
+
+    def submit(
+        self,
+        *,
+        name: str,
+        comment: str,
+        node: str,
+        gpus: int,
+        cpus: int,
+        memory_mib: int,
+        output: str,
+        command: str,
+        environment: Mapping[str, str],
+    ) -> int:
+        """Submit one batch job pinned to `node`; returns Slurm's job id.
+
+        The environment is written into the script rather than passed with `--export`, whose
+        list is split on commas that values may hold; `--export=NONE` keeps the console's own
+        environment (its database URL among it) out of the job.
+        """
+        lines = ["#!/bin/sh"]
+        lines += [f"export {key}={shlex.quote(value)}" for key, value in sorted(environment.items())]
+        lines.append(command)
+        argv = [
+            "sbatch",
+            "--parsable",
+            f"--job-name={name}",
+            f"--comment={comment}",
+            f"--nodelist={node}",
+            "--nodes=1",
+            "--ntasks=1",
+            "--export=NONE",
+            f"--output={output}",
+            "--open-mode=append",
+        ]
+        if gpus:
+            argv.append(f"--gres=gpu:{gpus}")
+        if cpus:
+            argv.append(f"--cpus-per-task={cpus}")
+        if memory_mib:
+            argv.append(f"--mem={memory_mib}M")
+        answer = self._run(argv, stdin="\n".join(lines) + "\n").strip()
+        try:
+            return int(answer.split(";")[0])
+        except ValueError:
+            raise SlurmUnavailable(f"sbatch answered {answer[:80]!r}, not a job id") from None
+
+    def signal(self, slurm_ids: Sequence[int], signal_name: str) -> None:
+        """Send a signal to the jobs' every process (the batch shell and its children)."""
+        if slurm_ids:
+            self._run(["scancel", "--full", f"--signal={signal_name}", *map(str, slurm_ids)])
+
+    def cancel(self, slurm_ids: Sequence[int]) -> None:
+        """Cancel the jobs: Slurm sends SIGTERM, then SIGKILL after its KillWait."""
+        if slurm_ids:
+            self._run(["scancel", *map(str, slurm_ids)])
+
+
+__all__ = [
+    "LIVE_JOB_STATES",
+    "SlurmClient",
+    "SlurmJob",
+    "SlurmNode",
+    "SlurmUnavailable",
+    "availability",
+    "gpus_of_gres",
+    "indices_of_gres",
+]

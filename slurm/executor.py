@@ -1,0 +1,525 @@
+"""The `slurm` executor: what the console decided, carried out by a Slurm cluster (docs/slurm.md).
+
+Each sync (at the first tick, then at most every SLURM_SYNC_SECONDS) reads the cluster with two
+bounded commands (`sinfo --json`, `squeue --json`), then:
+
+1. keeps Slurm's nodes as console nodes (slurm.inventory);
+2. submits each replica placed on a Slurm node that has no Slurm job yet (`sbatch`, pinned with
+   `--nodelist` and `--gres=gpu:N`): one batch job per replica, so that two replicas on one node
+   and replicas on several nodes are alike, and a replica is adopted, signalled and ended by
+   itself, as the agent does with its processes;
+3. follows the Slurm jobs it submitted: the devices Slurm bound (recorded on the placement, so the
+   Nodes grid shows Slurm's truth), the output (shipped to the job's log), the end (exit 0:
+   succeeded; another code: failed with it; cancelled or vanished outside the console: failed with
+   the reason; a node failure: back to the queue);
+4. stops what the console no longer wants: an evicted or cancelled job's Slurm jobs get SIGTERM,
+   then SIGKILL after the job's grace; its GPUs are freed only once Slurm says they ended.
+
+A Slurm that does not answer is one log line and, after NODE_LOST_SECONDS, its nodes not ready
+(slurm.inventory.mark_unreachable); the tick never raises for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+
+from quotas import bounds
+from quotas.models import NodeExecutor
+from scheduling import lifecycle, triggers
+from scheduling.agent_services import _append_logs
+from scheduling.models import Job, JobEventKind, JobLog, JobState, ReplicaPlacementRecord
+from scheduling.services import finish_job
+from slurm import inventory
+from slurm.client import SlurmClient, SlurmJob, SlurmUnavailable
+from slurm.models import SlurmJob as SlurmJobRow
+
+logger = logging.getLogger(__name__)
+
+# The prefix of the names of the Slurm jobs the console submits: gqc-<job id>-<replica id>.
+JOB_NAME_PREFIX = "gqc-"
+# A job with no command still holds its GPUs for its duration (or until ended), as on agent nodes.
+_FOREVER_SECONDS = 2**31 - 1
+# How much new output one sync reads of one Slurm job.
+_OUTPUT_BYTES_PER_SYNC = 256 * 1024
+# The last lines of a failed job's log that its event quotes.
+_FAILURE_LOG_LINES = 20
+# Slurm's job states that mean its node failed rather than its process.
+_NODE_FAILURES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
+
+_sync_lock = threading.Lock()
+_last_sync = {"at": -math.inf}
+
+
+def configured() -> bool:
+    return bool(getattr(settings, "SLURM_CONF", ""))
+
+
+def client() -> SlurmClient:
+    return SlurmClient(conf=str(settings.SLURM_CONF), timeout=float(settings.SLURM_COMMAND_SECONDS))
+
+
+def job_name(job_id: int, replica: int) -> str:
+    return f"{JOB_NAME_PREFIX}{job_id}-{replica}"
+
+
+def forget_last_sync() -> None:
+    """The next tick syncs at once (tests, and a console that changed SLURM_CONF)."""
+    _last_sync["at"] = -math.inf
+
+
+class SlurmExecutor:
+    name = "slurm"
+
+    def on_admitted(self, job: Job) -> None:
+        self.on_admitted_many([job])
+
+    def on_admitted_many(self, jobs: Sequence[Job]) -> None:
+        if configured() and jobs:
+            submit_placed(client(), job_ids=[job.pk for job in jobs])
+
+    def on_evicted(self, job: Job) -> None:
+        # The next sync signals its Slurm jobs (SIGTERM, SIGKILL after the grace).
+        return None
+
+    def tick(self, now: datetime) -> int:
+        if not configured():
+            return 0
+        if time.monotonic() - _last_sync["at"] < float(settings.SLURM_SYNC_SECONDS):
+            return 0
+        if not _sync_lock.acquire(blocking=False):
+            return 0  # another thread of this process is syncing
+        try:
+            _last_sync["at"] = time.monotonic()
+            return sync(client(), now)
+        finally:
+            _sync_lock.release()
+
+
+def sync(slurm: SlurmClient, now: datetime) -> int:
+    """One round: read the cluster, keep the inventory, submit, follow and stop. Returns how many
+    nodes and jobs changed."""
+    try:
+        nodes = slurm.nodes()
+        jobs = slurm.jobs()
+    except SlurmUnavailable as error:
+        return inventory.mark_unreachable(str(error), now)
+    ours = [job for job in jobs if job.name.startswith(JOB_NAME_PREFIX)]
+    changed = inventory.sync_nodes(nodes, [job for job in jobs if job not in ours], now)
+    changed += submit_placed(slurm)
+    changed += follow(slurm, ours, now)
+    return changed
+
+
+# --- submitting -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Placed:
+    replica: int
+    job_id: int
+    node: str
+    devices: tuple[int, ...]
+    fraction: float
+
+
+def _placed_without_slurm_job(job_ids: Sequence[int] | None) -> list[_Placed]:
+    placements = ReplicaPlacementRecord.objects.filter(
+        node__executor=NodeExecutor.SLURM, job__state=JobState.RUNNING
+    ).exclude(id__in=SlurmJobRow.objects.values("replica"))
+    if job_ids is not None:
+        placements = placements.filter(job_id__in=list(job_ids))
+    return [
+        _Placed(replica, job_id, node, tuple(int(device) for device in devices or ()), float(fraction))
+        for replica, job_id, node, devices, fraction in placements.order_by("job_id", "id").values_list(
+            "id", "job_id", "node__name", "devices", "fraction"
+        )
+    ]
+
+
+def _ranks(job_ids: Iterable[int]) -> dict[int, int]:
+    """Each replica's rank in its job (its position among the job's placements, from 0)."""
+    ranks: dict[int, int] = {}
+    position: dict[int, int] = defaultdict(int)
+    for replica, job_id in (
+        ReplicaPlacementRecord.objects.filter(job_id__in=set(job_ids)).order_by("id").values_list("id", "job_id")
+    ):
+        ranks[replica] = position[job_id]
+        position[job_id] += 1
+    return ranks
+
+
+def _environment(job: Job, rank: int, fraction: float) -> dict[str, str]:
+    # The job's own environment (scheduling's migration 0004 gives jobs one), then the console's.
+    own = getattr(job, "environment", None) or {}
+    environment = {str(key): str(value) for key, value in own.items()}
+    environment.update(
+        {
+            "GQC_JOB_ID": str(job.pk),
+            "GQC_JOB_NAME": job.name,
+            "GQC_QUOTA": job.quota.name,
+            "GQC_REPLICA_RANK": str(rank),
+            "GQC_REPLICAS": str(job.running_replicas),
+        }
+    )
+    if fraction < 1:
+        environment["GPU_QUOTA_FRACTION"] = f"{fraction:g}"
+    return environment
+
+
+def _command(job: Job) -> str:
+    if job.command:
+        return str(job.command)
+    return f"exec sleep {int(job.duration if job.duration is not None else _FOREVER_SECONDS)}"
+
+
+def _submit_refused(error: SlurmUnavailable) -> bool:
+    """sbatch ran and said no (a request Slurm cannot take), rather than not reaching slurmctld."""
+    said = str(error).lower()
+    unreachable = ("did not answer", "could not be run", "contact", "connect", "timed out", "communication")
+    return not any(word in said for word in unreachable)
+
+
+def submit_placed(slurm: SlurmClient, *, job_ids: Sequence[int] | None = None) -> int:
+    """Submit each replica placed on a Slurm node that has no Slurm job yet; returns how many."""
+    placed = _placed_without_slurm_job(job_ids)
+    if not placed:
+        return 0
+    jobs = {job.pk: job for job in Job.objects.filter(pk__in={p.job_id for p in placed}).select_related("quota")}
+    ranks = _ranks(jobs)
+    output_dir = Path(str(settings.SLURM_OUTPUT_DIR))
+    output_dir.mkdir(parents=True, exist_ok=True)
+    submitted = 0
+    for one in placed:
+        job = jobs.get(one.job_id)
+        if job is None or job.state != JobState.RUNNING:
+            continue
+        name = job_name(job.pk, one.replica)
+        output = output_dir / f"{name}.out"
+        try:
+            with transaction.atomic():
+                # The claim: whoever writes this row submits the replica, once.
+                row = SlurmJobRow.objects.create(
+                    job=job,
+                    replica=one.replica,
+                    rank=ranks.get(one.replica, 0),
+                    node_name=one.node,
+                    name=name,
+                    output=str(output),
+                    submitted_at=_now(),
+                )
+        except IntegrityError:
+            continue
+        try:
+            slurm_id = slurm.submit(
+                name=name,
+                comment=f"gqc job {job.pk} ({job.name}) replica {one.replica}",
+                node=one.node,
+                gpus=len(one.devices) if one.fraction >= 1 else 1,
+                cpus=math.ceil(job.cpu) if job.cpu else 0,
+                memory_mib=math.ceil(job.memory_gib * 1024) if job.memory_gib else 0,
+                output=str(output),
+                command=_command(job),
+                environment=_environment(job, row.rank, one.fraction),
+            )
+        except SlurmUnavailable as error:
+            if _submit_refused(error):
+                SlurmJobRow.objects.filter(pk=row.pk).update(state="REFUSED", ended_at=_now())
+                _fail(job, f"Slurm refused replica {row.rank} on {one.node}: {error}")
+            else:
+                # Not reached: no Slurm job exists; the next sync submits it again.
+                SlurmJobRow.objects.filter(pk=row.pk).delete()
+                logger.warning("Slurm: replica %s of job %s not submitted yet: %s", one.replica, job.pk, error)
+            continue
+        SlurmJobRow.objects.filter(pk=row.pk).update(slurm_id=slurm_id, state="PENDING")
+        submitted += 1
+    return submitted
+
+
+def _now() -> datetime:
+    from scheduling.clock import get_clock
+
+    return get_clock().now()
+
+
+def _fail(job: Job, message: str) -> None:
+    try:
+        finish_job(job=job, succeeded=False, message=message)
+    except ValidationError:
+        logger.info("job %s moved on before its Slurm outcome was recorded", job.pk)
+
+
+# --- following --------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """How one replica's Slurm job ended."""
+
+    rank: int
+    slurm_id: int | None
+    state: str
+    exit_code: int | None
+    reason: str
+
+
+def follow(slurm: SlurmClient, seen: Sequence[SlurmJob], now: datetime) -> int:
+    """Match the console's open Slurm jobs with what squeue says; record starts, output and ends;
+    stop what is no longer wanted; settle the console jobs whose Slurm jobs ended."""
+    by_id = {job.slurm_id: job for job in seen}
+    by_name = {job.name: job for job in seen if job.live}
+    rows = list(SlurmJobRow.objects.filter(ended_at__isnull=True).select_related("job"))
+    if not rows:
+        return 0
+    changed = 0
+    lines_by_job: dict[int, list[str]] = defaultdict(list)
+    truncated: set[int] = set()
+    ended: dict[int, list[_Outcome]] = defaultdict(list)
+    for row in rows:
+        found = by_id.get(row.slurm_id) if row.slurm_id is not None else by_name.get(row.name)
+        if row.slurm_id is None:
+            if found is None:
+                if now - row.submitted_at > timedelta(seconds=3 * float(settings.SLURM_COMMAND_SECONDS)):
+                    # Its sbatch never answered and Slurm has no job of its name: never submitted.
+                    SlurmJobRow.objects.filter(pk=row.pk, slurm_id__isnull=True).delete()
+                continue
+            row.slurm_id = found.slurm_id  # adopted by its name
+            SlurmJobRow.objects.filter(pk=row.pk).update(slurm_id=found.slurm_id)
+        _read_output(row, lines_by_job, truncated, final=found is None or not found.live)
+        if found is None:
+            outcome = _Outcome(row.rank, row.slurm_id, "VANISHED", None, "Slurm no longer knows it")
+        elif not found.live:
+            outcome = _Outcome(row.rank, row.slurm_id, found.state, found.exit_code, found.reason)
+        else:
+            changed += _running(row, found, now)
+            continue
+        if SlurmJobRow.objects.filter(pk=row.pk, ended_at__isnull=True).update(
+            state=outcome.state, exit_code=outcome.exit_code, ended_at=now
+        ):
+            ended[row.job_id].append(outcome)
+    if lines_by_job or truncated:
+        with transaction.atomic():
+            _append_logs(lines_by_job, truncated, now)
+    changed += _stop_unwanted(slurm, now)
+    changed += _settle(ended, now)
+    return changed
+
+
+def _running(row: SlurmJobRow, found: SlurmJob, now: datetime) -> int:
+    """A live Slurm job: once it runs, record the devices Slurm bound and the start."""
+    if found.state != "RUNNING" or row.state == "RUNNING":
+        if found.state != row.state:
+            SlurmJobRow.objects.filter(pk=row.pk).update(state=found.state)
+        return 0
+    devices = list(found.gpu_indices)
+    if not SlurmJobRow.objects.filter(pk=row.pk).exclude(state="RUNNING").update(state="RUNNING", devices=devices):
+        return 0
+    if devices:
+        # Slurm chose the devices: the placement says which, so that the Nodes grid shows them.
+        ReplicaPlacementRecord.objects.filter(pk=row.replica, fraction__gte=1).update(devices=devices)
+    lifecycle.add_event(
+        job_id=row.job_id,
+        kind=JobEventKind.STARTED,
+        at=now,
+        message=f"replica {row.rank} started on {row.node_name} as Slurm job {found.slurm_id}"
+        + (f" (GPUs {','.join(map(str, devices))})" if devices else ""),
+    )
+    return 1
+
+
+def _read_output(row: SlurmJobRow, lines_by_job: dict[int, list[str]], truncated: set[int], *, final: bool) -> None:
+    """The job's new complete lines (and, once it ended, its last partial one) into its log."""
+    try:
+        with open(row.output, "rb") as output:
+            output.seek(row.output_offset)
+            chunk = output.read(_OUTPUT_BYTES_PER_SYNC)
+    except OSError:
+        return
+    if not chunk:
+        return
+    complete = chunk if final and len(chunk) < _OUTPUT_BYTES_PER_SYNC else chunk[: chunk.rfind(b"\n") + 1]
+    if not complete:
+        return
+    # Two syncs reading the same bytes: only the one that moves the offset ships them.
+    if not SlurmJobRow.objects.filter(pk=row.pk, output_offset=row.output_offset).update(
+        output_offset=row.output_offset + len(complete)
+    ):
+        return
+    row.output_offset += len(complete)
+    lines = complete.decode("utf-8", errors="replace").splitlines()
+    if len(lines) > bounds.AGENT_LOG_LINES_PER_BEAT:
+        truncated.add(row.job_id)
+        lines = lines[-bounds.AGENT_LOG_LINES_PER_BEAT :]
+    lines_by_job[row.job_id].extend(line[: bounds.AGENT_LOG_LINE_MAX_LENGTH] for line in lines)
+
+
+def _stop_unwanted(slurm: SlurmClient, now: datetime) -> int:
+    """Signal the Slurm jobs of replicas the console no longer runs: a releasing job's get SIGTERM,
+    then SIGKILL once its grace is over; a replica no longer placed (its job ended or moved) is
+    cancelled at once."""
+    open_rows = list(
+        SlurmJobRow.objects.filter(ended_at__isnull=True, slurm_id__isnull=False).values_list(
+            "pk", "slurm_id", "replica", "job__state", "job__grace_seconds", "stop_asked_at", "killed_at"
+        )
+    )
+    if not open_rows:
+        return 0
+    placed = set(
+        ReplicaPlacementRecord.objects.filter(pk__in=[row[2] for row in open_rows]).values_list("pk", flat=True)
+    )
+    terminate: list[tuple[int, int]] = []
+    kill: list[tuple[int, int]] = []
+    for pk, slurm_id, replica, state, grace, stop_asked_at, killed_at in open_rows:
+        assert slurm_id is not None  # filtered above
+        if state == JobState.RUNNING and replica in placed:
+            continue
+        if state == JobState.RELEASING and replica in placed:
+            if stop_asked_at is None:
+                terminate.append((pk, slurm_id))
+            elif killed_at is None and now >= stop_asked_at + timedelta(seconds=float(grace)):
+                kill.append((pk, slurm_id))
+            continue
+        if killed_at is None:
+            kill.append((pk, slurm_id))
+    try:
+        if terminate:
+            slurm.signal([slurm_id for _pk, slurm_id in terminate], "TERM")
+            SlurmJobRow.objects.filter(pk__in=[pk for pk, _id in terminate]).update(stop_asked_at=now)
+        if kill:
+            ids = [slurm_id for _pk, slurm_id in kill]
+            slurm.signal(ids, "KILL")
+            slurm.cancel(ids)
+            SlurmJobRow.objects.filter(pk__in=[pk for pk, _id in kill]).update(killed_at=now)
+    except SlurmUnavailable as error:
+        # The next sync asks again: the rows still say what was not done.
+        logger.warning("Slurm: could not signal the console's jobs: %s", error)
+    return len(terminate) + len(kill)
+
+
+def _settle(ended: Mapping[int, list[_Outcome]], now: datetime) -> int:
+    """Console jobs whose Slurm jobs ended: a running job fails at its first replica that failed
+    (or whose Slurm job was cancelled or lost outside the console), goes back to the queue when a
+    node failed under it, and succeeds once every replica exited 0; a releasing job lets go of its
+    GPUs once none of its Slurm jobs is left."""
+    releasing = set(
+        Job.objects.filter(state=JobState.RELEASING, placements__node__executor=NodeExecutor.SLURM).values_list(
+            "pk", flat=True
+        )
+    )
+    touched = set(ended) | releasing
+    if not touched:
+        return 0
+    still_open = set(
+        SlurmJobRow.objects.filter(job_id__in=touched, ended_at__isnull=True).values_list("job_id", flat=True)
+    )
+    rows_of: dict[int, int] = defaultdict(int)
+    for job_id in SlurmJobRow.objects.filter(job_id__in=touched).values_list("job_id", flat=True):
+        rows_of[job_id] += 1
+    changed = 0
+    for job in Job.objects.filter(pk__in=touched).select_related("quota"):
+        outcomes = ended.get(job.pk, [])
+        if job.state == JobState.RELEASING:
+            if job.pk in still_open:
+                continue
+            changed += _release(job, now)
+            continue
+        if job.state != JobState.RUNNING or not outcomes:
+            continue
+        changed += _end_running(job, outcomes, all_done=job.pk not in still_open, now=now)
+    return changed
+
+
+def _release(job: Job, now: datetime) -> int:
+    with transaction.atomic():
+        if job.reason_code == lifecycle.CANCELLING:
+            done = lifecycle.finish_cancel(
+                job_id=job.pk, seen_revision=job.revision, now=now, why="its Slurm jobs ended; devices freed"
+            )
+            reason = "cancel"
+        else:
+            done = bool(
+                lifecycle.release_job(
+                    job_id=job.pk,
+                    seen_state=JobState.RELEASING,
+                    seen_revision=job.revision,
+                    requeue=job.requeue,
+                    now=now,
+                    message="its Slurm jobs ended after the eviction; devices freed",
+                )
+            )
+            reason = "released"
+        if done:
+            triggers.request_cycle_on_commit(reason)
+    return int(done)
+
+
+def _end_running(job: Job, outcomes: Sequence[_Outcome], *, all_done: bool, now: datetime) -> int:
+    node_failure = next((o for o in outcomes if o.state in _NODE_FAILURES), None)
+    if node_failure is not None:
+        with transaction.atomic():
+            done = lifecycle.release_job(
+                job_id=job.pk,
+                seen_state=JobState.RUNNING,
+                seen_revision=job.revision,
+                requeue=job.requeue,
+                now=now,
+                message=f"Slurm job {node_failure.slurm_id} (replica {node_failure.rank}) ended with "
+                f"{node_failure.state}: its node failed",
+            )
+            if done:
+                triggers.request_cycle_on_commit("released")
+        return int(bool(done))
+    failed = next((o for o in outcomes if o.state != "COMPLETED" or o.exit_code), None)
+    if failed is None and not (all_done and _every_replica_submitted(job)):
+        return 0  # some replicas still run; the job ends with its last one
+    tail = _log_tail(job.pk)
+    last_lines = "; last lines:\n" + "\n".join(tail) if tail else ""
+    if failed is None:
+        message = "every replica's Slurm job exited with code 0" + last_lines
+    elif failed.state == "VANISHED":
+        message = f"Slurm job {failed.slurm_id} (replica {failed.rank}) vanished: {failed.reason}" + last_lines
+    elif failed.state in ("COMPLETED", "FAILED"):
+        code = failed.exit_code
+        message = f"replica {failed.rank} (Slurm job {failed.slurm_id}) exited with code {code}" + last_lines
+    else:
+        why = f" ({failed.reason})" if failed.reason and failed.reason != "None" else ""
+        message = (
+            f"Slurm job {failed.slurm_id} (replica {failed.rank}) ended {failed.state} outside the console{why}"
+            + last_lines
+        )
+    try:
+        finish_job(job=job, succeeded=failed is None, message=message)
+    except ValidationError:
+        logger.info("job %s moved on before its Slurm outcome was recorded", job.pk)
+        return 0
+    return 1
+
+
+def _every_replica_submitted(job: Job) -> bool:
+    placed = set(ReplicaPlacementRecord.objects.filter(job=job).values_list("pk", flat=True))
+    return placed <= set(SlurmJobRow.objects.filter(job=job).values_list("replica", flat=True))
+
+
+def _log_tail(job_id: int) -> list[str]:
+    lines = JobLog.objects.filter(job_id=job_id).values_list("lines", flat=True).first() or []
+    return [str(line) for line in lines[-_FAILURE_LOG_LINES:]]
+
+
+def slurm_ids_of(job: Job) -> list[int]:
+    """The Slurm job ids of a console job's replicas, in submission order."""
+    ids = SlurmJobRow.objects.filter(job=job, slurm_id__isnull=False).order_by("id").values_list("slurm_id", flat=True)
+    return [int(slurm_id) for slurm_id in ids if slurm_id is not None]
+
+
+__all__ = ["JOB_NAME_PREFIX", "SlurmExecutor", "configured", "forget_last_sync", "job_name", "slurm_ids_of", "sync"]

@@ -1,0 +1,183 @@
+"""Slurm's nodes as console nodes (executor `slurm`), kept in step at every sync.
+
+A Slurm node becomes a console node of the same name with its GPUs (`Gres=gpu[:type]:N`, the type
+as the model), CPUs and memory, in the default pool (pools per partition are a later change: the
+partition is recorded in the node's labels, `slurm.partition`). Slurm's availability follows
+into the node's state when it changes: up → ready, DRAIN → draining (the console evicts its jobs
+there), DOWN and the like → not ready, with Slurm's reason in the labels (`slurm.reason`). An
+admin's cordon in the console stands until Slurm's availability changes again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from quotas import audit
+from quotas.models import Node, NodeExecutor, NodeState
+from quotas.services.nodes import NewNode, create_nodes, node_snapshot, update_node
+from scheduling import triggers
+from slurm.client import SlurmJob, SlurmNode
+
+logger = logging.getLogger(__name__)
+
+PARTITION = "slurm.partition"
+AVAILABILITY = "slurm.availability"
+REASON = "slurm.reason"
+# Slurm's availability → the console's node state.
+_STATE_OF = {"up": NodeState.READY, "drain": NodeState.DRAINING}
+# Warnings already logged (a node name clash, an unreachable Slurm): each once until it changes.
+_warned: dict[str, str] = {}
+
+
+def _warn_once(key: str, message: str) -> None:
+    if _warned.get(key) != message:
+        _warned[key] = message
+        logger.warning("%s", message)
+
+
+def forget_warnings() -> None:
+    """Warn again about what was already said (tests; a console pointed at another cluster)."""
+    _warned.clear()
+
+
+def _labels(node: SlurmNode, kept: dict[str, Any]) -> dict[str, Any]:
+    labels = {key: value for key, value in kept.items() if not key.startswith("slurm.")}
+    labels[PARTITION] = node.partition
+    labels[AVAILABILITY] = node.availability
+    if node.reason:
+        labels[REASON] = node.reason[:200]
+    return labels
+
+
+def sync_nodes(nodes: Sequence[SlurmNode], outside_jobs: Sequence[SlurmJob], now: datetime) -> int:
+    """Create, change and mark the console's Slurm nodes as Slurm reports them; returns how many changed.
+
+    `outside_jobs` (Slurm jobs the console did not submit) are not yet taken off the console's free
+    GPUs: docs/slurm.md says so.
+    """
+    _warned.pop("unreachable", None)
+    existing = {node.name: node for node in Node.objects.filter(name__in=[n.name for n in nodes])}
+    new: list[NewNode] = []
+    changed = 0
+    for slurm_node in nodes:
+        node = existing.get(slurm_node.name)
+        if node is None:
+            new.append(
+                NewNode(
+                    name=slurm_node.name,
+                    gpus=slurm_node.gpus,
+                    cpu=float(slurm_node.cpus),
+                    memory_gib=round(slurm_node.memory_mib / 1024, 3),
+                    gpu_model=slurm_node.gpu_model,
+                    labels=_labels(slurm_node, {}),
+                    state=_STATE_OF.get(slurm_node.availability, NodeState.NOT_READY),
+                    executor=NodeExecutor.SLURM,
+                )
+            )
+            continue
+        if node.executor != NodeExecutor.SLURM:
+            _warn_once(
+                f"clash:{node.name}",
+                f"Slurm node {node.name} is not managed: the console has a {node.executor} node of that name",
+            )
+            continue
+        changed += _follow(node, slurm_node, now)
+    if new:
+        try:
+            create_nodes(actor=None, nodes=new)
+            changed += len(new)
+        except ValidationError as error:
+            _warn_once("create", f"Slurm nodes not added: {'; '.join(error.messages)}")
+    seen = [n.name for n in nodes]
+    gone = Node.objects.filter(executor=NodeExecutor.SLURM).exclude(name__in=seen)
+    for node in gone:
+        if node.labels.get(AVAILABILITY) != "gone":
+            changed += _set_availability(node, "gone", "Slurm no longer lists this node", now)
+    Node.objects.filter(executor=NodeExecutor.SLURM, name__in=seen).update(last_heartbeat=now)
+    return changed
+
+
+def _follow(node: Node, slurm_node: SlurmNode, now: datetime) -> int:
+    """One known node: its resources through update_node (the shrink guard and the quotas' rules),
+    its availability and reason by a direct write (see _set_availability)."""
+    changes: dict[str, Any] = {}
+    wanted: dict[str, Any] = {
+        "gpus": slurm_node.gpus,
+        "cpu": float(slurm_node.cpus),
+        "memory_gib": round(slurm_node.memory_mib / 1024, 3),
+        "gpu_model": slurm_node.gpu_model,
+    }
+    for field, value in wanted.items():
+        if getattr(node, field) != value:
+            changes[field] = value
+    if node.labels.get(PARTITION) != slurm_node.partition:
+        changes["labels"] = {**node.labels, PARTITION: slurm_node.partition}
+    changed = 0
+    if changes:
+        try:
+            update_node(actor=None, node=node, **changes)
+            node.refresh_from_db()
+            changed += 1
+        except ValidationError as error:
+            _warn_once(f"resize:{node.name}", f"Slurm node {node.name} not updated: {'; '.join(error.messages)}")
+    if node.labels.get(AVAILABILITY) != slurm_node.availability or node.labels.get(REASON, "") != (
+        slurm_node.reason[:200]
+    ):
+        changed += _set_availability(node, slurm_node.availability, slurm_node.reason, now)
+    return changed
+
+
+def _set_availability(node: Node, availability: str, reason: str, now: datetime) -> int:
+    """Record Slurm's availability and reason; the node's state follows when the availability
+    changed. Written directly, not through update_node: a node going down there releases its jobs
+    at once, while Slurm may still run them (their Slurm jobs end them, or the console's stops)."""
+    with transaction.atomic():
+        current = Node.objects.select_for_update().get(pk=node.pk)
+        before = node_snapshot(current)
+        availability_changed = current.labels.get(AVAILABILITY) != availability
+        labels = {key: value for key, value in current.labels.items() if key not in (AVAILABILITY, REASON)}
+        labels[AVAILABILITY] = availability
+        if reason:
+            labels[REASON] = reason[:200]
+        current.labels = labels
+        if availability_changed:
+            current.state = _STATE_OF.get(availability, NodeState.NOT_READY)
+        Node.objects.filter(pk=current.pk).update(labels=current.labels, state=current.state)
+        if availability_changed:
+            audit.record(
+                actor=None,
+                action="node.slurm_state",
+                object_type="node",
+                object_id=current.pk,
+                object_repr=current.name,
+                before=before,
+                after=node_snapshot(current),
+            )
+            triggers.request_cycle_on_commit(f"slurm-node-{availability}")
+    node.labels, node.state = current.labels, current.state
+    return 1
+
+
+def mark_unreachable(why: str, now: datetime) -> int:
+    """Slurm did not answer: one warning (again only when the sentence changes), and after
+    NODE_LOST_SECONDS without an answer its nodes are not ready, the sentence as their reason."""
+    _warn_once("unreachable", f"Slurm did not answer: {why}")
+    silent_since = now - timedelta(seconds=float(settings.NODE_LOST_SECONDS))
+    changed = 0
+    for node in Node.objects.filter(executor=NodeExecutor.SLURM):
+        if node.labels.get(AVAILABILITY) == "unreachable":
+            continue
+        if node.last_heartbeat is not None and node.last_heartbeat > silent_since:
+            continue
+        changed += _set_availability(node, "unreachable", f"Slurm did not answer: {why}", now)
+    return changed
+
+
+__all__ = ["AVAILABILITY", "PARTITION", "REASON", "forget_warnings", "mark_unreachable", "sync_nodes"]

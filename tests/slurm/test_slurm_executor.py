@@ -1,0 +1,229 @@
+"""The console over a real Slurm (tests/slurm/conftest.py): jobs submitted, cancelled and read
+through the API run as Slurm batch jobs on two emulated nodes of two fake GPUs each.
+
+The console's side runs in the test's thread, as the worker would run it: each poll ticks the
+executor and runs a cycle (what beat's tick and the triggers do), then checks the condition, up to
+a deadline. Nothing is mocked: sbatch, squeue, sinfo and scancel answer from slurmctld.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import AbstractUser
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from quotas.models import Node, NodeExecutor, NodeState
+from scheduling.cycle import run_cycle
+from scheduling.executors import get_executor
+from scheduling.models import Job, JobEvent, JobEventKind, JobState
+from slurm import executor, inventory
+from slurm.models import SlurmJob
+from tests.scheduling.conftest import Cluster, build_cluster
+from tests.slurm.conftest import GPUS_PER_NODE, NODE_NAMES, SlurmCluster
+from workspaces import services as workspace_services
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+Clients = Callable[[AbstractUser | None], APIClient]
+# Team a's guarantee is the whole cluster; team b borrows.
+TREE = (("Quota1", None, 4.0), ("team-a", "Quota1", 4.0), ("team-b", "Quota1", 0.0))
+
+
+def console_turn() -> None:
+    """What the worker does every second: the executor's tick, and a cycle."""
+    get_executor().tick(timezone.now())
+    run_cycle(trigger="slurm-test")
+
+
+def settle(condition: Callable[[], Any], *, seconds: float = 30.0, what: str = "") -> Any:
+    deadline = time.monotonic() + seconds
+    while True:
+        console_turn()
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds:g} s: {what}")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def lab(slurm: SlurmCluster) -> Cluster:
+    """The quota tree and workspace, and the console's first sync: Slurm's nodes become its nodes."""
+    cluster = build_cluster(node_gpus=(), tree=TREE)
+    console_turn()
+    return cluster
+
+
+@pytest.fixture
+def member(make_user: Any, lab: Cluster) -> AbstractUser:
+    user: AbstractUser = make_user("dev-dana")
+    workspace_services.add_member(actor=None, workspace=lab.workspace, user=user, role="developer")
+    return user
+
+
+@pytest.fixture
+def submit(client_for: Clients, member: AbstractUser) -> Callable[..., Job]:
+    def post(name: str, command: str, *, gpus: float = 1, quota: str = "team-a", **fields: Any) -> Job:
+        body = {"name": name, "workspace": "lab", "quota": quota, "kind": "training", "gpus": gpus}
+        answer = client_for(member).post("/api/v1/jobs/", {**body, "command": command, **fields}, format="json")
+        assert answer.status_code == 201, answer.content
+        return Job.objects.get(pk=answer.json()["id"])
+
+    return post
+
+
+def state(job: Job) -> str:
+    return str(Job.objects.get(pk=job.pk).state)
+
+
+def logs(client: APIClient, job: Job) -> list[str]:
+    answer = client.get(f"/api/v1/jobs/{job.pk}/logs/")
+    assert answer.status_code == 200, answer.content
+    lines: list[str] = answer.json()["lines"]
+    return lines
+
+
+def slurm_ids(job: Job) -> list[int]:
+    return executor.slurm_ids_of(job)
+
+
+def live_in_slurm(slurm: SlurmCluster, job: Job) -> list[int]:
+    ids = set(slurm_ids(job))
+    return [int(one["job_id"]) for one in slurm.live_jobs() if int(one["job_id"]) in ids]
+
+
+def test_slurm_nodes_become_console_nodes_with_their_gpus_cpus_memory_and_partition(lab: Cluster) -> None:
+    nodes = {node.name: node for node in Node.objects.filter(executor=NodeExecutor.SLURM)}
+    assert sorted(nodes) == list(NODE_NAMES)
+    for node in nodes.values():
+        assert (node.gpus, node.gpu_model, node.cpu, node.state) == (GPUS_PER_NODE, "fake", 4.0, NodeState.READY)
+        assert node.memory_gib == pytest.approx(4000 / 1024, abs=0.001)
+        assert node.labels[inventory.PARTITION] == "gpu"
+        assert list(node.devices.values_list("index", flat=True)) == list(range(GPUS_PER_NODE))
+
+
+def test_a_job_sees_exactly_the_gpus_slurm_gave_it_and_succeeds(
+    submit: Callable[..., Job], client_for: Clients, member: AbstractUser
+) -> None:
+    job = submit("cuda", 'echo "cuda=$CUDA_VISIBLE_DEVICES rank=$GQC_REPLICA_RANK quota=$GQC_QUOTA"', gpus=2)
+    settle(lambda: state(job) == JobState.SUCCEEDED, what="the job succeeded")
+    (row,) = SlurmJob.objects.filter(job=job)
+    assert len(row.devices) == 2 and row.state == "COMPLETED" and row.exit_code == 0
+    assert logs(client_for(member), job) == [f"cuda={','.join(map(str, row.devices))} rank=0 quota=team-a"]
+    started = JobEvent.objects.get(job=job, kind=JobEventKind.STARTED)
+    assert f"Slurm job {row.slurm_id}" in started.message
+    assert Job.objects.get(pk=job.pk).allocated_gpus == 0
+
+
+def test_a_failing_command_fails_the_job_with_its_exit_code_and_last_lines(submit: Callable[..., Job]) -> None:
+    job = submit("bad", "echo broken >&2; exit 3")
+    settle(lambda: state(job) == JobState.FAILED, what="the job failed")
+    failed = JobEvent.objects.get(job=job, kind=JobEventKind.FAILED)
+    assert "exited with code 3" in failed.message and "broken" in failed.message
+
+
+def test_a_cancel_stops_the_slurm_job_and_frees_the_gpus_only_once_it_is_gone(
+    slurm: SlurmCluster, submit: Callable[..., Job], client_for: Clients, member: AbstractUser
+) -> None:
+    # Four GPUs in all: the follower fits only once the sleeper's GPUs are free.
+    sleeper = submit("sleeper", "echo ready; sleep 120", gpus=2, grace_seconds=1)
+    other = submit("other", "sleep 120", gpus=2)
+    settle(lambda: logs(client_for(member), sleeper) == ["ready"], what="the sleeper runs")
+    follower = submit("follower", "echo follower; sleep 120", gpus=2)
+    assert state(follower) == JobState.PENDING
+    answer = client_for(member).post(f"/api/v1/jobs/{sleeper.pk}/cancel/")
+    assert answer.status_code == 200, answer.content
+    assert state(sleeper) == JobState.RELEASING  # cancelled, its GPUs held until Slurm says it ended
+    settle(lambda: state(sleeper) == JobState.CANCELLED, what="the sleeper cancelled")
+    assert live_in_slurm(slurm, sleeper) == []
+    settle(lambda: logs(client_for(member), follower) == ["follower"], what="the follower runs on the freed GPUs")
+    assert state(other) == JobState.RUNNING
+
+
+def test_a_reclaim_ends_the_borrowers_slurm_job_and_starts_the_owners(
+    slurm: SlurmCluster, submit: Callable[..., Job], client_for: Clients, member: AbstractUser
+) -> None:
+    borrowers = [submit(f"borrow-{n}", "echo lent; sleep 120", gpus=2, quota="team-b", grace_seconds=1) for n in (1, 2)]
+    settle(lambda: all(logs(client_for(member), job) == ["lent"] for job in borrowers), what="both borrowers run")
+    owner = submit("owner", "echo mine; sleep 120", gpus=2)
+    settle(lambda: logs(client_for(member), owner) == ["mine"], what="the owner runs")
+    evicted = [job for job in borrowers if state(job) != JobState.RUNNING]
+    assert len(evicted) == 1
+    assert state(evicted[0]) == JobState.PENDING
+    assert live_in_slurm(slurm, evicted[0]) == []
+    assert len(live_in_slurm(slurm, owner)) == 1
+    assert JobEvent.objects.filter(job=evicted[0], kind=JobEventKind.REQUEUED).exists()
+
+
+def test_a_node_drained_in_slurm_drains_in_the_console_with_slurms_reason(slurm: SlurmCluster, lab: Cluster) -> None:
+    slurm.command("scontrol", "update", "nodename=n1", "state=drain", "reason=fan broken")
+    node = settle(lambda: Node.objects.filter(name="n1", state=NodeState.DRAINING).first(), what="n1 draining")
+    assert node.labels[inventory.REASON] == "fan broken"
+    assert Node.objects.get(name="n2").state == NodeState.READY
+    slurm.command("scontrol", "update", "nodename=n1", "state=resume")
+    settle(lambda: Node.objects.get(name="n1").state == NodeState.READY, what="n1 ready again")
+
+
+def test_a_slurm_job_cancelled_by_hand_fails_the_console_job_with_the_reason(
+    slurm: SlurmCluster, submit: Callable[..., Job], client_for: Clients, member: AbstractUser
+) -> None:
+    job = submit("victim", "echo up; sleep 120")
+    settle(lambda: logs(client_for(member), job) == ["up"], what="it runs")
+    slurm.command("scancel", *map(str, slurm_ids(job)))
+    settle(lambda: state(job) == JobState.FAILED, what="the console job failed")
+    failed = JobEvent.objects.get(job=job, kind=JobEventKind.FAILED)
+    assert "CANCELLED outside the console" in failed.message
+
+
+def test_a_restarted_console_adopts_its_running_slurm_job_and_starts_it_not_twice(
+    slurm: SlurmCluster, submit: Callable[..., Job], tmp_path: Path
+) -> None:
+    starts = tmp_path / "starts"
+    job = submit("long", f"echo x >> {starts}; sleep 120", grace_seconds=1)
+    settle(lambda: starts.exists(), what="the job started")
+    (first_id,) = slurm_ids(job)
+    # The console dies right after sbatch answered, before it wrote the id down, and starts again
+    # with nothing in memory: the row without an id is matched to Slurm's job by its name.
+    SlurmJob.objects.filter(job=job).update(slurm_id=None)
+    executor.forget_last_sync()
+    inventory.forget_warnings()
+    settle(lambda: slurm_ids(job) == [first_id], what="the Slurm job adopted by its name")
+    for _turn in range(5):
+        console_turn()
+    assert starts.read_text() == "x\n"
+    assert len(live_in_slurm(slurm, job)) == 1 and state(job) == JobState.RUNNING
+    assert JobEvent.objects.filter(job=job, kind=JobEventKind.STARTED).count() == 1
+
+
+def test_a_silent_slurmctld_makes_the_nodes_not_ready_without_a_traceback(
+    slurm: SlurmCluster, lab: Cluster, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings.NODE_LOST_SECONDS = 1.0
+    slurm.stop_controller()
+    try:
+        with caplog.at_level(logging.WARNING):
+            settle(
+                lambda: set(Node.objects.filter(executor=NodeExecutor.SLURM).values_list("state", flat=True))
+                == {NodeState.NOT_READY},
+                what="the Slurm nodes not ready",
+            )
+        node = Node.objects.get(name="n1")
+        assert node.labels[inventory.AVAILABILITY] == "unreachable"
+        assert node.labels[inventory.REASON].startswith("Slurm did not answer: ")
+        said = [record for record in caplog.records if record.name.startswith("slurm")]
+        assert said and all(record.exc_info is None for record in said)
+    finally:
+        slurm.start_controller(fresh=False)
+    settle(
+        lambda: set(Node.objects.filter(executor=NodeExecutor.SLURM).values_list("state", flat=True))
+        == {NodeState.READY},
+        what="ready again once slurmctld answers",
+    )
