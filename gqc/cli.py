@@ -15,10 +15,12 @@ from typing import Any, TypeVar
 import click
 
 from gqc import config
-from gqc.client import EXIT_SIGNED_OUT, EXIT_WAITS, ApiError, ConsoleClient
+from gqc.client import EXIT_NOT_FOUND, EXIT_SIGNED_OUT, EXIT_WAITS, ApiError, ConsoleClient
 from gqc.output import FORMATS, Column, emit, gpus, moment
 
 JOB_KINDS = ("training", "inference", "notebook")
+# A name several jobs share: the newest is used, and this many ids are named on stderr.
+NAMESAKES_SHOWN = 10
 Command = TypeVar("Command", bound=Callable[..., Any])
 
 
@@ -90,13 +92,27 @@ def logout() -> None:
 @click.option("--kind", type=click.Choice(JOB_KINDS), default="training", show_default=True)
 @click.option("--preemptible/--non-preemptible", default=None, help="The kind's default when left out.")
 @click.option("--command", "job_command", help="Shell command the job runs.")
+@click.option(
+    "--env",
+    "-e",
+    "environment",
+    multiple=True,
+    callback=lambda _ctx, _param, pairs: environment_of(pairs),
+    metavar="NAME=VALUE",
+    help="A variable set in every replica's process; repeat for more (at most 64).",
+)
+@click.option("--image", help="Container image, for executors that run containers (the node agent ignores it).")
 @click.option("--duration", type=int, help="Seconds a job on a simulated node runs.")
 @click.option("--dry-run", is_flag=True, help="Say what would happen now and submit nothing (exit 10 if it waits).")
 @output_option
 def submit(name: str, workspace: str, quota: str, dry_run: bool, output: str, **fields: Any) -> None:
     """Submit job NAME, or with --dry-run say whether it would start now."""
     body: dict[str, Any] = {"name": name, "workspace": workspace, "quota": quota, "dry_run": dry_run}
-    body |= {("command" if key == "job_command" else key): value for key, value in fields.items() if value is not None}
+    body |= {
+        ("command" if key == "job_command" else key): value
+        for key, value in fields.items()
+        if value is not None and value != {}
+    }
     with signed_in() as client:
         answer = client.post("jobs/", body)
     if dry_run:
@@ -128,14 +144,42 @@ def list_jobs(limit: int, output: str, **filters: Any) -> None:
     emit(page["results"], output=output, columns=JOB_COLUMNS)
 
 
+def job_argument(command: Command) -> Command:
+    return click.argument("job", metavar="JOB")(command)
+
+
+def resolve_job(client: ConsoleClient, job: str) -> int:
+    """JOB as its id: a number is an id; anything else a name among the jobs this user may see,
+    the newest of several (said on stderr, with how to pick another), as `runai` and `kubectl`
+    take names."""
+    if job.isdecimal():
+        return int(job)
+    page = client.get("jobs/", name=job, limit=NAMESAKES_SHOWN)
+    named = page["results"]
+    if not named:
+        raise ApiError(f"no job named {job!r} that you may see", exit_code=EXIT_NOT_FOUND, status=404)
+    newest = named[0]
+    if page["count"] > 1:
+        others = ", ".join(str(other["id"]) for other in named[1:])
+        more = "…" if page["count"] > len(named) else ""
+        click.echo(
+            f"gqc: {page['count']} jobs you may see are named {job}; using the newest, "
+            f"{newest['id']} (submitted {moment(newest.get('submitted_at'))}). "
+            f"The others: {others}{more}; give an id to pick one.",
+            err=True,
+        )
+    return int(newest["id"])
+
+
 @cli.command()
-@click.argument("job", type=int)
+@job_argument
 @output_option
-def describe(job: int, output: str) -> None:
-    """A job's state, why it waits, where it runs, and its events."""
+def describe(job: str, output: str) -> None:
+    """A job's state, why it waits, where it runs, and its events. JOB is its id or its name."""
     with signed_in() as client:
-        record = client.get(f"jobs/{job}/")
-        events = client.get(f"jobs/{job}/events/")
+        job_id = resolve_job(client, job)
+        record = client.get(f"jobs/{job_id}/")
+        events = client.get(f"jobs/{job_id}/events/")
     if output in {"json", "yaml"}:
         emit({**record, "events": events}, output=output)
         return
@@ -145,28 +189,29 @@ def describe(job: int, output: str) -> None:
 
 
 @cli.command()
-@click.argument("job", type=int)
+@job_argument
 @click.option("--dry-run", is_flag=True, help="Say what cancelling would do and change nothing.")
 @output_option
-def cancel(job: int, dry_run: bool, output: str) -> None:
-    """Cancel a job you own, or any job of a workspace you operate or administer."""
+def cancel(job: str, dry_run: bool, output: str) -> None:
+    """Cancel a job you own, or any job of a workspace you operate or administer. JOB is its id or its name."""
     with signed_in() as client:
-        answer = client.post(f"jobs/{job}/cancel/", {"dry_run": dry_run})
+        job_id = resolve_job(client, job)
+        answer = client.post(f"jobs/{job_id}/cancel/", {"dry_run": dry_run})
     if output in {"json", "yaml"}:
         emit(answer, output=output)
     elif dry_run:
-        click.echo(f"Would cancel job {job}." if answer["valid"] else f"Refused: {answer['errors']}")
+        click.echo(f"Would cancel job {job_id}." if answer["valid"] else f"Refused: {answer['errors']}")
     else:
         click.echo(f"Job {answer['id']} ({answer['name']}): {job_state_sentence(answer)}")
 
 
 @cli.command()
-@click.argument("job", type=int)
+@job_argument
 @output_option
-def logs(job: int, output: str) -> None:
-    """The last lines of a job's output, as its node agents shipped them."""
+def logs(job: str, output: str) -> None:
+    """The last lines of a job's output, as its node agents shipped them. JOB is its id or its name."""
     with signed_in() as client:
-        answer = client.get(f"jobs/{job}/logs/")
+        answer = client.get(f"jobs/{resolve_job(client, job)}/logs/")
     if output in {"json", "yaml"}:
         emit(answer, output=output)
         return
@@ -219,6 +264,19 @@ def estimate_sentence(preview: dict[str, Any]) -> str:
     return f"Waits: {reason.get('message', 'the next cycle would not admit it')} ({reason.get('code', 'pending')})"
 
 
+def environment_of(pairs: tuple[str, ...]) -> dict[str, str]:
+    """`--env NAME=VALUE`, repeated, as the API's environment; the console judges names and sizes."""
+    environment: dict[str, str] = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals or not name:
+            raise click.BadParameter(f"{pair[:40]!r} is not NAME=VALUE", param_hint="--env")
+        if name in environment:
+            raise click.BadParameter(f"{name} is given twice", param_hint="--env")
+        environment[name] = value
+    return environment
+
+
 def victim_words(victim: dict[str, Any]) -> str:
     """A job the dry run would evict: `train-b, 8 GPUs of Quota1.2 (workspace-c)`; one of a
     workspace you cannot open comes without its name (the API leaves it out)."""
@@ -251,12 +309,17 @@ def job_description(job: dict[str, Any]) -> str:
         ("GPUs", shape),
         ("State", job_state_sentence(job)),
         ("Placement", "; ".join(placements) or "-"),
+        ("Image", job.get("image") or "-"),
+        ("Environment", "\n".join(f"{name}={value}" for name, value in (job.get("environment") or {}).items()) or "-"),
         ("Submitted", moment(job.get("submitted_at")) or "-"),
         ("Started", moment(job.get("started_at")) or "-"),
         ("Finished", moment(job.get("finished_at")) or "-"),
     ]
     width = max(len(title) for title, _ in fields)
-    return "\n".join(f"{title + ':':<{width + 1}} {value}" for title, value in fields)
+    # A value of several lines (the environment, one variable a line) keeps its column.
+    return "\n".join(
+        f"{title + ':':<{width + 1}} {value}".replace("\n", "\n" + " " * (width + 2)) for title, value in fields
+    )
 
 
 JOB_COLUMNS = (

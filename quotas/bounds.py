@@ -43,6 +43,13 @@ JOB_CPU_MAX: Final = NODE_CPU_MAX  # a replica runs on one node
 JOB_MEMORY_GIB_MAX: Final = NODE_MEMORY_GIB_MAX
 JOB_DURATION_MAX: Final = 31_536_000.0  # a year, in seconds
 GRACE_SECONDS_MAX: Final = 86_400.0  # a day
+# A job's environment (name=value pairs the agent sets in each replica's process) and its image
+# (kept for executors that run containers). 64 × 4 KiB stays far below Linux's 2 MiB for a
+# process's arguments and environment together, and one value below its 128 KiB per string.
+JOB_ENV_VARIABLES_MAX: Final = 64
+JOB_ENV_NAME_MAX_LENGTH: Final = 128
+JOB_ENV_VALUE_MAX_LENGTH: Final = 4_096
+JOB_IMAGE_MAX_LENGTH: Final = 512  # an OCI reference: registry/name:tag@sha256:digest
 
 # Workspace rules.
 RULES_MAX: Final = 100

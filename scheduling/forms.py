@@ -12,6 +12,7 @@ from django.db.models import QuerySet
 
 from quotas import bounds
 from quotas.models import Quota
+from scheduling import job_environment
 from scheduling.models import KIND_DEFAULTS, JobKind, JobState
 from scheduling.selectors import QuotaChoice
 from workspaces.models import Workspace
@@ -34,9 +35,9 @@ def _number_messages(label: str, minimum: float | None, maximum: float | None) -
 
 
 class SubmitJobForm(forms.Form):
-    """Every field `submit_job` takes that a person sets. The service has no image, environment
-    or per-job minimum runtime (a quota's `min_runtime_seconds` protects jobs instead), so the
-    form offers none of them rather than accept values that would be dropped."""
+    """Every field `submit_job` takes that a person sets. The service has no per-job minimum
+    runtime (a quota's `min_runtime_seconds` protects jobs instead), so the form offers none
+    rather than accept a value that would be dropped."""
 
     workspace = forms.ModelChoiceField(
         label="Workspace",
@@ -119,6 +120,25 @@ class SubmitJobForm(forms.Form):
         max_length=bounds.COMMAND_MAX_LENGTH,
         widget=forms.Textarea(attrs={"rows": 2}),
     )
+    environment = forms.CharField(
+        label="Environment",
+        required=False,
+        strip=False,
+        # Each line NAME=value: the most lines of the longest names and values, and their breaks.
+        max_length=bounds.JOB_ENV_VARIABLES_MAX
+        * (bounds.JOB_ENV_NAME_MAX_LENGTH + bounds.JOB_ENV_VALUE_MAX_LENGTH + 2),
+        help_text=f"One NAME=value a line, at most {bounds.JOB_ENV_VARIABLES_MAX}; set in every replica's process. "
+        "Anyone who may see the job sees them: no secrets.",
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "autocapitalize": "off"}),
+    )
+    image = forms.CharField(
+        label="Container image",
+        required=False,
+        max_length=bounds.JOB_IMAGE_MAX_LENGTH,
+        help_text="For executors that run containers (registry/name:tag); the node agent runs the command "
+        "on the host and ignores it.",
+        widget=forms.TextInput(attrs={"spellcheck": "false", "autocapitalize": "off"}),
+    )
 
     def __init__(
         self,
@@ -143,6 +163,13 @@ class SubmitJobForm(forms.Form):
             }
         )
 
+    def clean_environment(self) -> dict[str, str]:
+        """The box's lines as NAME: value; the service judges the names and sizes (its sentences)."""
+        environment, errors = job_environment.parse_assignments(self.cleaned_data.get("environment", "").splitlines())
+        if errors:
+            raise forms.ValidationError([error[:1].upper() + error[1:] + "." for error in errors])
+        return environment
+
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
         replicas, minimum = cleaned.get("replicas"), cleaned.get("min_replicas")
@@ -166,6 +193,8 @@ class SubmitJobForm(forms.Form):
             "grace_seconds": data.get("grace_seconds") or 0.0,
             "duration": data.get("duration"),
             "command": data.get("command") or "",
+            "environment": data.get("environment") or {},
+            "image": (data.get("image") or "").strip(),
         }
 
 

@@ -63,6 +63,11 @@ class Job(models.Model):
     cpu = models.FloatField(default=0)
     memory_gib = models.FloatField(default=0)
     command = models.TextField(blank=True, default="")
+    # NAME: value pairs the agent sets in each replica's process (scheduling.job_environment).
+    environment = models.JSONField(default=dict, blank=True)
+    image = models.CharField(
+        max_length=512, blank=True, default="", help_text="For executors that run containers; the agent ignores it."
+    )
     duration = models.FloatField(null=True, blank=True, help_text="Seconds; none: runs until ended.")
     grace_seconds = models.FloatField(default=0)
     requeue = models.BooleanField(default=True)

@@ -9,7 +9,7 @@ make raises PermissionDenied with the reason.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
@@ -19,7 +19,7 @@ from django.db import transaction
 
 from quotas import audit, bounds
 from quotas.models import Quota
-from scheduling import engine, lifecycle, triggers
+from scheduling import engine, job_environment, lifecycle, triggers
 from scheduling.clock import get_clock
 from scheduling.gc_pauses import without_collector_pauses
 from scheduling.job_writes import Actor, _publish_on_commit
@@ -65,6 +65,8 @@ def validate_job_shape(
     duration: float | None,
     grace_seconds: float,
     command: str = "",
+    environment: Mapping[str, str] | None = None,
+    image: str = "",
 ) -> None:
     """The per-job rules of API.md, all at once so one 400 lists every field that is wrong."""
     errors: dict[str, str] = {}
@@ -102,6 +104,10 @@ def validate_job_shape(
         errors["command"] = (
             f"a command has at most {_number(bounds.COMMAND_MAX_LENGTH)} characters, got {len(command):,}"
         )
+    if environment_wrong := job_environment.environment_errors(environment or {}):
+        errors["environment"] = "; ".join(environment_wrong)
+    if image_wrong := job_environment.image_error(image):
+        errors["image"] = image_wrong
     if not 1 <= priority <= 9:
         errors["priority"] = f"priority must be between 1 and 9, got {priority}"
     for field_name, amount, most in (
@@ -138,6 +144,8 @@ class JobShape:
     cpu: float = 0.0
     memory_gib: float = 0.0
     command: str = ""
+    environment: Mapping[str, str] | None = None
+    image: str = ""
     duration: float | None = None
     grace_seconds: float = 0.0
     requeue: bool = True
@@ -170,6 +178,8 @@ def submit_job(
     cpu: float = 0.0,
     memory_gib: float = 0.0,
     command: str = "",
+    environment: Mapping[str, str] | None = None,
+    image: str = "",
     duration: float | None = None,
     grace_seconds: float = 0.0,
     requeue: bool = True,
@@ -198,6 +208,8 @@ def preview_submit_job(
     cpu: float = 0.0,
     memory_gib: float = 0.0,
     command: str = "",
+    environment: Mapping[str, str] | None = None,
+    image: str = "",
     duration: float | None = None,
     grace_seconds: float = 0.0,
     requeue: bool = True,
@@ -297,9 +309,16 @@ def _new_job(actor: Actor, submission: JobSubmission, now: datetime) -> Job:
         duration=submission.duration,
         grace_seconds=submission.grace_seconds,
         command=submission.command,
+        environment=submission.environment,
+        image=submission.image,
     )
     return Job(  # type: ignore[misc]  # a signed-in actor is a User
-        **{**submission.shape(), "priority": priority, "preemptible": preemptible},
+        **{
+            **submission.shape(),
+            "priority": priority,
+            "preemptible": preemptible,
+            "environment": dict(submission.environment or {}),
+        },
         workspace=submission.workspace,
         quota=submission.quota,
         owner=actor if actor is not None and actor.is_authenticated else None,

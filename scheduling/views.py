@@ -199,6 +199,8 @@ def _initial_from_job(request: HttpRequest) -> dict[str, Any]:
         "grace_seconds": job.grace_seconds,
         "duration": job.duration,
         "command": job.command,
+        "environment": "\n".join(f"{name}={value}" for name, value in job.environment.items()),
+        "image": job.image,
     }
 
 

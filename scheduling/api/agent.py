@@ -187,9 +187,14 @@ class DesiredStartSerializer(serializers.Serializer[Any]):
     job = serializers.IntegerField()
     rank = serializers.IntegerField(help_text="The replica's rank in its job, from 0.")
     command = serializers.CharField(help_text="Run with `sh -c`.")
-    environment = serializers.DictField(child=serializers.CharField())
+    environment = serializers.DictField(
+        child=serializers.CharField(), help_text="The job's variables, and GQC_* naming the job, quota and rank."
+    )
     gpus = serializers.ListField(child=serializers.IntegerField(), help_text="Device indices: CUDA_VISIBLE_DEVICES.")
     fraction = serializers.FloatField(help_text="Below 1: the share of its one device (GPU_QUOTA_FRACTION).")
+    image = serializers.CharField(
+        allow_blank=True, help_text="For an agent that runs containers (empty: none); the process agent ignores it."
+    )
 
 
 class DesiredStopSerializer(serializers.Serializer[Any]):
@@ -382,6 +387,7 @@ def _desired_body(desired: agent_services.Desired) -> dict[str, Any]:
                 "environment": dict(start.environment),
                 "gpus": list(start.gpus),
                 "fraction": start.fraction,
+                "image": start.image,
             }
             for start in desired.starts
         ],

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from console.json_types import JsonTypedMixin
 from quotas import bounds
 from quotas.api.serializers import text, within
+from scheduling import job_environment
 from scheduling.models import Job, JobKind
 
 
@@ -19,6 +21,11 @@ class JobSerializer(JsonTypedMixin, serializers.ModelSerializer[Job]):
     quota: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
     owner: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="username", read_only=True, allow_null=True, help_text="None for a scenario's jobs."
+    )
+    environment = serializers.DictField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="Seen by everyone who may see the job: not a place for secrets.",
     )
     nodes = serializers.SerializerMethodField()
     placements = serializers.SerializerMethodField()
@@ -40,6 +47,8 @@ class JobSerializer(JsonTypedMixin, serializers.ModelSerializer[Job]):
             "cpu",
             "memory_gib",
             "command",
+            "environment",
+            "image",
             "duration",
             "grace_seconds",
             "requeue",
@@ -71,6 +80,31 @@ class JobSerializer(JsonTypedMixin, serializers.ModelSerializer[Job]):
         return {"code": job.reason_code, "message": job.reason_message}
 
 
+@extend_schema_field(
+    {
+        "type": "object",
+        "maxProperties": bounds.JOB_ENV_VARIABLES_MAX,
+        "additionalProperties": {"type": "string", "maxLength": bounds.JOB_ENV_VALUE_MAX_LENGTH},
+    }
+)
+class EnvironmentField(serializers.DictField):
+    """NAME: value pairs the agent sets in each replica's process; the service refuses the names
+    the agent sets itself (scheduling.job_environment), with the same sentences."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=serializers.CharField(allow_blank=True, trim_whitespace=False), **kwargs)
+
+    def to_internal_value(self, value: Any) -> dict[str, str]:
+        if isinstance(value, dict):
+            # Before the child fields: CharField would turn 8 into "8" and a 10,000-entry object
+            # would cost as many fields; the schema says each value is a string.
+            errors = job_environment.environment_errors(value)
+            if errors:
+                raise serializers.ValidationError(errors)
+        environment: dict[str, str] = super().to_internal_value(value)
+        return environment
+
+
 class JobSubmitSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     """What a submitter may set; workspace and quota by name. Other fields sent are ignored."""
 
@@ -89,6 +123,20 @@ class JobSubmitSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]
     memory_gib = serializers.FloatField(default=0.0, **within("memory_gib", bounds.JOB_MEMORY_GIB_MAX))
     command = serializers.CharField(
         required=False, allow_blank=True, default="", **text("command", bounds.COMMAND_MAX_LENGTH, blank=True)
+    )
+    environment = EnvironmentField(
+        required=False,
+        default=dict,
+        # OpenAPI 3.0 has no propertyNames: the names' rule is said in words.
+        help_text=f"Set in each replica's process, beneath the agent's own variables. Names match "
+        f"{job_environment.NAME_PATTERN.pattern}; CUDA_VISIBLE_DEVICES, GPU_QUOTA_* and GQC_* are the agent's.",
+    )
+    image = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="For executors that run containers; the process agent runs the command on the host.",
+        **text("image", bounds.JOB_IMAGE_MAX_LENGTH, blank=True),
     )
     duration = serializers.FloatField(
         required=False, allow_null=True, default=None, **within("duration", bounds.JOB_DURATION_MAX)

@@ -56,6 +56,16 @@ def test_a_start_twice_runs_once_and_the_fraction_reaches_the_environment(tmp_pa
     assert (tmp_path / "out").read_text() == f"1 0.5 {FakeGpus.MEMORY_MIB // 2}\n"
 
 
+def test_the_jobs_environment_reaches_the_process_under_the_agents_own(tmp_path: Path) -> None:
+    agent, _sent = _agent(tmp_path)
+    start = _start(1, 'echo "$EPOCHS|$CUDA_VISIBLE_DEVICES|$GPU_QUOTA_FRACTION" >> out')
+    # The console refuses these names at submit; were one to arrive, the agent's value still wins.
+    start["environment"] = {"EPOCHS": "3", "CUDA_VISIBLE_DEVICES": "0,1", "GPU_QUOTA_FRACTION": "1"}
+    agent.start(start)
+    assert _wait_exit(agent, 1) == 0
+    assert (tmp_path / "out").read_text() == "3|1|0.5\n"
+
+
 def test_the_devices_are_numbered_as_nvml_numbers_them(tmp_path: Path) -> None:
     # CUDA's default order (fastest first) can differ from NVML's on a host of mixed GPUs.
     agent, _sent = _agent(tmp_path)

@@ -172,3 +172,78 @@ def test_logs_prints_the_tail_the_agents_shipped(dave: Any) -> None:
         "truncated": True,
     }
     assert dave("logs", "999999").exit_code == exit_codes.EXIT_NOT_FOUND
+
+
+def test_describe_logs_and_cancel_take_a_jobs_name(dave: Any) -> None:
+    job = Job.objects.get(name="train-b")
+    described = dave("describe", "train-b")
+    assert described.exit_code == 0, described.output
+    assert described.stdout.startswith("Job:") and f"{job.pk} train-b" in described.stdout
+    assert described.stderr == ""  # one job of that name: nothing to warn about
+    assert dave("logs", "train-b").exit_code == 0
+
+    unknown = dave("describe", "sweep-b")
+    assert unknown.exit_code == exit_codes.EXIT_NOT_FOUND
+    assert unknown.stderr == "gqc: no job named 'sweep-b' that you may see\n"
+
+    cancelled = dave("cancel", "train-b")
+    assert cancelled.exit_code == 0, cancelled.output
+    assert cancelled.stdout.startswith(f"Job {job.pk} (train-b): ")
+
+
+def test_a_name_several_jobs_share_is_the_newest_and_stderr_says_so(dave: Any) -> None:
+    first = dave("submit", "sweep-b", "-w", "workspace-b", "-q", "Quota1.1", "--gpus", "1", "--command", "true")
+    second = dave("submit", "sweep-b", "-w", "workspace-b", "-q", "Quota1.1", "--gpus", "2")
+    assert first.exit_code == 0 and second.exit_code == 0, first.output + second.output
+    older, newer = Job.objects.filter(name="sweep-b").order_by("submitted_at", "id")
+    described = dave("describe", "sweep-b", "-o", "json")
+    assert described.exit_code == 0, described.output
+    assert json.loads(described.stdout)["id"] == newer.pk
+    assert described.stderr == (
+        f"gqc: 2 jobs you may see are named sweep-b; using the newest, {newer.pk} "
+        f"(submitted {described.stderr.split('(submitted ')[1].split(')')[0]}). "
+        f"The others: {older.pk}; give an id to pick one.\n"
+    )
+    assert dave("cancel", str(older.pk)).exit_code == 0  # an id still picks exactly that job
+    older.refresh_from_db()
+    newer.refresh_from_db()
+    assert older.state in {JobState.CANCELLED, JobState.RELEASING} and newer.is_active
+
+
+def test_a_name_of_a_job_the_user_may_not_see_is_not_found(
+    gqc: Any, live_server: LiveServer, pai_world: dict[str, AbstractUser]
+) -> None:
+    gqc("login", live_server.url, "-u", "olga", "--password-stdin", stdin=PASSWORD + "\n")
+    for command in ("describe", "logs", "cancel"):
+        hidden = gqc(command, "train-b")
+        assert hidden.exit_code == exit_codes.EXIT_NOT_FOUND, command
+        assert "no job named 'train-b'" in hidden.stderr
+    assert Job.objects.get(name="train-b").is_active
+
+
+def test_submit_takes_an_environment_and_an_image_and_describe_shows_them(dave: Any) -> None:
+    submitted = dave(
+        "submit", "env-b", "-w", "workspace-b", "-q", "Quota1.1", "--gpus", "1",
+        "--env", "EPOCHS=3", "-e", "QUERY=a=b", "--image", "registry.example/train:1",
+    )  # fmt: skip
+    assert submitted.exit_code == 0, submitted.output
+    job = Job.objects.get(name="env-b")
+    assert (job.environment, job.image) == ({"EPOCHS": "3", "QUERY": "a=b"}, "registry.example/train:1")
+    described = dave("describe", "env-b").stdout
+    assert "Image:" in described and "registry.example/train:1" in described
+    lines = described.splitlines()
+    at = next(number for number, line in enumerate(lines) if line.startswith("Environment:"))
+    assert lines[at].endswith(" EPOCHS=3") and lines[at + 1].strip() == "QUERY=a=b"
+    assert lines[at + 1].index("QUERY") == lines[at].index("EPOCHS")  # the value's column kept
+
+
+def test_a_bad_env_is_refused_before_sending_and_a_reserved_one_by_the_console(dave: Any) -> None:
+    malformed = dave("submit", "x", "-w", "workspace-b", "-q", "Quota1.1", "--gpus", "1", "--env", "EPOCHS")
+    assert malformed.exit_code == exit_codes.EXIT_USAGE
+    assert "'EPOCHS' is not NAME=VALUE" in malformed.output
+    reserved = dave(
+        "submit", "x", "-w", "workspace-b", "-q", "Quota1.1", "--gpus", "1", "--env", "CUDA_VISIBLE_DEVICES=0"
+    )
+    assert reserved.exit_code == exit_codes.EXIT_REFUSED
+    assert reserved.stderr.startswith("gqc: environment: CUDA_VISIBLE_DEVICES is set by the node agent")
+    assert not Job.objects.filter(name="x").exists()
