@@ -50,7 +50,7 @@ class JobMention:
     @property
     def description(self) -> str:
         """The job without its name, which every reader of the sentence may learn."""
-        return f"{readable(self.gpus)} GPUs of {self.quota} ({self.workspace})"
+        return f"{readable(self.gpus)} GPU{'' if self.gpus == 1 else 's'} of {self.quota} ({self.workspace})"
 
     @property
     def label(self) -> str:
@@ -105,17 +105,23 @@ def mention_jobs(
 
 def unnamed(text: str, hidden: Iterable[JobMention]) -> str:
     """`text` with each hidden job's id and name, where a sentence of the scheduler names a job,
-    replaced by its description."""
+    replaced by its description. One pass: a description ("8 GPUs of …") may hold a number that
+    is another hidden job's id, and is never read again."""
+    said: dict[str, str] = {}
     for mention in hidden:
-        if mention.visible:
-            continue
-        for token in {str(mention.pk), mention.name}:
-            if token:
-                named = re.compile(rf"({_NAMED_AFTER}){re.escape(token)}{_NAME_ENDS}")
-                # A function, not a template: a description holds no backslashes to expand.
-                said = mention.description
-                text = named.sub(lambda found: found.group(1) + said, text)  # noqa: B023 (used at once)
-    return text
+        if not mention.visible:
+            said.update({token: mention.description for token in (str(mention.pk), mention.name) if token})
+    if not said:
+        return text
+    tokens = "|".join(re.escape(token) for token in sorted(said, key=len, reverse=True))
+    named = re.compile(rf"({_NAMED_AFTER})({tokens}){_NAME_ENDS}")
+
+    def described(found: re.Match[str]) -> str:
+        before, description = found.group(1), said[found.group(2)]
+        # "own job 42" reads "own job (8 GPUs of Quota1 (workspace-c))".
+        return before + (f"({description})" if before == "job " else description)
+
+    return named.sub(described, text)
 
 
 def preview_as_seen(reader: Reader, preview: Mapping[str, Any]) -> dict[str, Any]:

@@ -191,7 +191,7 @@ def test_a_history_names_a_foreign_beneficiary_by_quota_and_workspace(
     }
     # The scheduler's sentence named the beneficiary by its id: now by quota, workspace and GPUs.
     assert evicted["message"] == (
-        "child-level preemption: Quota1's own job 8 GPUs of Quota1 (workspace-c) ranks above Quota1.1's jobs"
+        "child-level preemption: Quota1's own job (8 GPUs of Quota1 (workspace-c)) ranks above Quota1.1's jobs"
     )
 
 
