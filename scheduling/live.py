@@ -5,7 +5,8 @@ the topics it touches and sends each to its topic's Channels group:
 
 - `job:<id>`: the job's state (and its label), why it waits, the GPUs it holds;
 - `workspace:<id>`: `{"jobs": {"<id>": state}}` for the workspace's jobs that changed;
-- `quota:<id>`: the quota's figures (guaranteed, fair share, allocated, running, pending), for
+- `quota:<id>`: the quota's figures (guaranteed, fair share, allocated with its own jobs' part,
+  running, pending), for
   the quotas of the jobs that changed and their ancestors (allocation rolls up the tree);
 - `cluster`: after a cycle with decisions, its counts and the GPUs allocated in all (no job
   names: every signed-in user may hear `cluster`).
@@ -142,6 +143,7 @@ def quota_changes(quota_ids: Collection[int]) -> list[TopicChange]:
                 "guaranteed": float(by_id[quota_id].gpus),
                 "fair_share": round(status["fair_share"], 3),
                 "allocated": round(status["allocated"], 3),
+                "allocated_self": round(status["allocated_self"], 3),
                 "running": status["running"],
                 "pending": status["pending"],
             },

@@ -62,12 +62,45 @@
       });
     }).then(function () {
       if (figure.live) { follow(element, figure.live); }
+      if (element.dataset.drillUrl) { drillOnClick(element); }
       element.dataset.ready = "true";
     }).catch(function (error) {
       element.dataset.drawn = "false";
       element.textContent = "The chart could not be drawn: " + error.message;
     });
   }
+
+  // ---- The Overview's quota in view (docs/console.md): a click on a treemap box opens it (plotly
+  // zooms the treemap) and the section of the stacked area is read again for that quota, which
+  // then stacks its children; the pathbar or the top box goes back up the same way. The picker and
+  // the trail swap the same section (htmx); the treemap then opens at the quota they chose. ----
+  function drillOnClick(element) {
+    element.on("plotly_treemapclick", function (event) {
+      // A leaf has no level below it: plotly leaves the treemap as it is, and so does the page.
+      if (!event || event.nextLevel === undefined || !window.htmx) { return; }
+      var level = /^[0-9]+$/.test(String(event.nextLevel)) ? String(event.nextLevel) : "";
+      var url = element.dataset.drillUrl + (level ? "&quota=" + level : "");
+      element.dataset.clickedLevel = level;
+      window.htmx.ajax("GET", url, { target: "#" + element.dataset.drillTarget, swap: "outerHTML" }).then(function () {
+        window.history.replaceState(null, "", url);
+      });
+    });
+  }
+
+  function followLevel(section) {
+    var treemap = document.querySelector("[data-drill-target='" + section.id + "']");
+    if (!treemap || treemap.dataset.ready !== "true" || !window.Plotly || !treemap.data) { return; }
+    var level = section.dataset.treemapLevel || "";
+    var clicked = treemap.dataset.clickedLevel;
+    delete treemap.dataset.clickedLevel;
+    if (clicked === level || String(treemap.data[0].level || "") === level) { return; }  // plotly zoomed already
+    window.Plotly.restyle(treemap, { level: [level] }, [0]);
+  }
+
+  // A section swapped outerHTML is a new element: look it up rather than trust the event's.
+  document.addEventListener("htmx:afterSettle", function () {
+    document.querySelectorAll("section[data-treemap-level]").forEach(followLevel);
+  });
 
   // ---- Charts that move (docs/live.md): the quota figures live.js hears extend them. ----
   // A figure with a "live" block follows its quotas' topics (the page lists them in

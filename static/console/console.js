@@ -14,18 +14,47 @@
   }
 
   // Widths through the CSSOM (allowed under CSP), from data- attributes the server wrote.
-  function drawBars(root) {
-    root.querySelectorAll("[data-bar]").forEach(function (bar) {
-      var guaranteed = parseFloat(bar.dataset.guaranteed) || 0;
-      var allocated = parseFloat(bar.dataset.allocated) || 0;
-      var whole = Math.max(guaranteed, allocated);
-      var inside = whole > 0 ? Math.min(allocated, guaranteed) / whole * 100 : 0;
-      var over = whole > 0 ? Math.max(0, allocated - guaranteed) / whole * 100 : 0;
-      bar.querySelector(".bar-in").style.width = inside + "%";
-      bar.querySelector(".bar-over").style.width = over + "%";
-      bar.classList.toggle("has-over", over > 0);
+  function drawBar(bar) {
+    var guaranteed = parseFloat(bar.dataset.guaranteed) || 0;
+    var allocated = parseFloat(bar.dataset.allocated) || 0;
+    var whole = Math.max(guaranteed, allocated);
+    var inside = whole > 0 ? Math.min(allocated, guaranteed) / whole * 100 : 0;
+    var over = whole > 0 ? Math.max(0, allocated - guaranteed) / whole * 100 : 0;
+    bar.querySelector(".bar-in").style.width = inside + "%";
+    bar.querySelector(".bar-over").style.width = over + "%";
+    bar.classList.toggle("has-over", over > 0);
+  }
+
+  function drawBars(root) { root.querySelectorAll("[data-bar]").forEach(drawBar); }
+
+  // A quota's allocation bar and its "over quota" words follow the quota's live figures
+  // (data-live-bar / data-live-over name the topic; live.js announces each change, docs/live.md).
+  function followQuota(topic, allocated, guaranteed) {
+    var selector = "[data-live-bar='" + topic + "']";
+    document.querySelectorAll(selector).forEach(function (bar) {
+      bar.dataset.allocated = String(allocated);
+      if (guaranteed !== undefined) { bar.dataset.guaranteed = String(guaranteed); }
+      drawBar(bar);
+    });
+    document.querySelectorAll("[data-live-over='" + topic + "']").forEach(function (words) {
+      var bar = document.querySelector(selector);
+      var limit = guaranteed !== undefined ? guaranteed : parseFloat(bar ? bar.dataset.guaranteed : "0") || 0;
+      words.hidden = !(allocated > limit + 1e-9);
     });
   }
+
+  document.addEventListener("live:change", function (event) {
+    var topic = event.detail.topic, change = event.detail.change;
+    if (topic.lastIndexOf("quota:", 0) !== 0 || typeof change.allocated !== "number") { return; }
+    followQuota(topic, change.allocated, change.guaranteed);
+  });
+
+  // After a reconnect the page was read again (live.js): the bars take its figures too.
+  document.addEventListener("live:resynced", function (event) {
+    event.detail.document.querySelectorAll("[data-live-bar]").forEach(function (fresh) {
+      followQuota(fresh.dataset.liveBar, parseFloat(fresh.dataset.allocated) || 0, parseFloat(fresh.dataset.guaranteed) || 0);
+    });
+  });
 
   document.addEventListener("DOMContentLoaded", function () {
     document.documentElement.classList.add("js");

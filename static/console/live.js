@@ -2,8 +2,9 @@
 //   <span data-live="job:12:state" data-live-class="badge">Running</span>
 // The topic is "job:12", the field "state"; the text becomes change.state_display (or
 // change.state), and with data-live-class the classes become "badge <state>". Extra topics may be
-// listed on any element as data-live-topics="cluster quota:3". A file of its own: the
-// Content-Security-Policy allows no inline script.
+// listed on any element as data-live-topics="cluster quota:3". data-live-format="gpus" writes a
+// number as the server's `gpus` filter does (8, 0.500), after adding data-live-offset if given.
+// A file of its own: the Content-Security-Policy allows no inline script.
 //
 // Regions that htmx polls (data-poll, e.g. a job's placement block) are the fallback for when no
 // socket is live: while one is, their timed polls are skipped, and a change on the socket
@@ -57,6 +58,17 @@
     element.className = "badge live-status " + (state === "live" ? "running" : state === "stopped" ? "cancelled" : "pending");
   }
 
+  // data-live-format="gpus": a GPU figure as the server's `gpus` filter writes it (8, 0.500);
+  // data-live-offset="-8" adds a number first (a fair share less the guarantee: the idle share).
+  function formatted(value, cell) {
+    var offset = parseFloat(cell.dataset.liveOffset);
+    if (typeof value === "number" && !isNaN(offset)) { value = Math.round((value + offset) * 1000) / 1000; }
+    if (cell.dataset.liveFormat === "gpus" && typeof value === "number") {
+      return Number.isInteger(value) ? String(value) : value.toFixed(3);
+    }
+    return String(value);
+  }
+
   function apply(topic, change) {
     document.dispatchEvent(new CustomEvent("live:change", { detail: { topic: topic, change: change } })); // for charts (docs/live.md)
     cells().forEach(function (cell) {
@@ -66,7 +78,7 @@
       if (!(field in change)) { return; }
       var value = change[field];
       var label = change[field + "_display"];
-      cell.textContent = label !== undefined ? label : String(value);
+      cell.textContent = label !== undefined ? label : formatted(value, cell);
       if (cell.dataset.liveClass !== undefined) { cell.className = cell.dataset.liveClass + " " + value; }
     });
   }
@@ -78,8 +90,12 @@
       .then(function (response) { return response.ok ? response.text() : Promise.reject(response.status); })
       .then(function (html) {
         var fresh = new DOMParser().parseFromString(html, "text/html");
+        // A figure may be shown twice (a fair share, and less the guarantee): cells pair in order.
+        var seen = {};
         cells().forEach(function (cell) {
-          var match = fresh.querySelector('[data-live="' + CSS.escape(cell.dataset.live) + '"]');
+          var key = cell.dataset.live;
+          seen[key] = seen[key] === undefined ? 0 : seen[key] + 1;
+          var match = fresh.querySelectorAll('[data-live="' + CSS.escape(key) + '"]')[seen[key]];
           if (match) { cell.textContent = match.textContent; cell.className = match.className; }
         });
         // Charts redraw from the fresh page's figures (charts.js).
