@@ -11,7 +11,7 @@ from django.http import HttpRequest
 
 from console.admin import ReadOnlyAdmin
 from quotas import services
-from quotas.models import AuditRecord, GpuDevice, Node, NodeAgent, Quota, ResourcePool
+from quotas.models import AuditRecord, GpuDevice, Installation, Node, NodeAgent, Quota, ResourcePool
 
 
 class QuotaAdminForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -196,6 +196,13 @@ class AuditRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 class NodeAgentAdmin(ReadOnlyAdmin):
     """Read-only: a token is issued through the API (shown once, stored hashed), never typed here."""
 
-    list_display = ["node", "token_prefix", "token_issued_at", "registered_at", "lost_at"]
+    list_display = ["node", "token_prefix", "token_issued_at", "registered_at", "lost_at", "start_missed_at"]
     list_select_related = ["node"]
     search_fields = ["node__name"]
+
+
+@admin.register(Installation)
+class InstallationAdmin(ReadOnlyAdmin):
+    """Read-only: the console's identity is made once and never changed (agents key their state by it)."""
+
+    list_display = ["identity", "created_at"]
