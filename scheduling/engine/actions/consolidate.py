@@ -119,9 +119,18 @@ def free_one_node(session: Session, job: int, by_node: dict[int, list[int]]) -> 
             ),
             reverse=True,
         )
-        fewest = fewest_covering(sizes, deficit, room)
-        if fewest is not None:
-            ranked.append((*fewest, -whole[node], node))
+        # The fewest moves: biggest jobs first, skipping any whose GPUs would not fit in `room`
+        # (inline: this loop runs for every node on each attempt).
+        moves = cost = 0
+        for size in sizes:
+            if cost + size * MILLI > room:
+                continue
+            moves += 1
+            cost += size * MILLI
+            deficit -= size
+            if deficit <= 0:
+                ranked.append((moves, cost, -whole[node], node))
+                break
     ranked.sort()
     targets = [node for *_, node in ranked[: bounds.MAX_TARGET_NODES]]
     journal = session.journal
@@ -144,22 +153,6 @@ def free_one_node(session: Session, job: int, by_node: dict[int, list[int]]) -> 
                 return True
             journal.rollback(mark)
     return False
-
-
-def fewest_covering(sizes: list[int], deficit: int, room: int) -> tuple[int, int] | None:
-    """(moves, milli-GPUs moved) of the biggest replicas, largest first, that cover `deficit`
-    whole devices while what they move fits in `room`; None if none do. `sizes` is descending."""
-    moves = 0
-    cost = 0
-    for size in sizes:
-        if cost + size * MILLI > room:
-            continue
-        moves += 1
-        cost += size * MILLI
-        deficit -= size
-        if deficit <= 0:
-            return moves, cost
-    return None
 
 
 def sets_freeing(session: Session, node: int, devices_needed: int, candidates: list[int]) -> Iterator[list[int]]:
@@ -302,6 +295,8 @@ def move_anywhere(session: Session, job: int, count: int, by_node: dict[int, lis
         release(session, mover)
         trial = journal.checkpoint()
         found = place_with_movers(session, job, count, movers) is not None
+        if found and len(movers) == 1:
+            return True  # one move: none fewer
         journal.rollback(trial)
         if found:
             break
