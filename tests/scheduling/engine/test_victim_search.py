@@ -13,20 +13,21 @@ from scheduling.engine import Admit, Evict, Job, Node, Quota, ReplicaPlacement, 
 from tests.scheduling.engine.helpers import nodes, quotas
 
 
-def running(job_id: str, quota: str, *where: tuple[str, tuple[int, ...]], started: float, **fields: object) -> Job:
+def running(
+    job_id: str, quota: str, *where: tuple[str, tuple[int, ...]], started: float, preemptible: bool = True
+) -> Job:
     """A job running with one replica per (node, devices), started at `started`."""
     placements = tuple(ReplicaPlacement(node, devices) for node, devices in where)
-    gpus = len(where[0][1])
     return Job(
         job_id,
         quota,
-        gpus,
+        len(where[0][1]),
         replicas=len(placements),
+        preemptible=preemptible,
         state="running",
         started_at=started,
         submitted_at=started,
         placements=placements,
-        **fields,  # type: ignore[arg-type]
     )
 
 
