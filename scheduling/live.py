@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from quotas import selectors as quota_selectors
 from quotas.models import Quota
-from scheduling import selectors
+from scheduling import mentions, selectors
 
 MESSAGE_TYPE: Final = "live.change"
 TOPIC_KINDS: Final = ("cluster", "quota", "job", "node", "workspace")
@@ -52,6 +52,11 @@ def first_changes(batch: Sequence[Mapping[str, Any]]) -> tuple[list[TopicChange]
     the costly read (a few hundred ms on S3), and the cheap changes need not wait for it."""
     job_ids = sorted({job_id for event in batch for job_id in _job_ids(event)})
     rows = selectors.live_job_rows(job_ids=job_ids) if job_ids else []
+    # Who hears a job's topic need not see the jobs its reason names ("waits while 42, …"):
+    # they are described by quota, workspace and GPUs, for every listener alike.
+    reasons = mentions.reasons_for_everyone(
+        {row["id"]: row["reason_message"] for row in rows if row["state"] == "pending" and row["reason_message"]}
+    )
     changes: list[TopicChange] = []
     by_workspace: dict[int, dict[str, str]] = {}
     quota_ids: set[int] = set()
@@ -63,7 +68,7 @@ def first_changes(batch: Sequence[Mapping[str, Any]]) -> tuple[list[TopicChange]
                     "state": row["state"],
                     "state_display": row["state_display"],
                     "reason_code": row["reason_code"] if row["state"] == "pending" else "",
-                    "reason": row["reason_message"] if row["state"] == "pending" else "",
+                    "reason": reasons.get(row["id"], "") if row["state"] == "pending" else "",
                     "allocated_gpus": row["allocated_gpus"],
                 },
             )

@@ -32,7 +32,11 @@ Reader = AbstractBaseUser | AnonymousUser | None
 # train-b", "waits while 42, which it was evicted for, starts", "waits behind 42". Numbers
 # elsewhere in those sentences (priorities, GPUs) never follow these words.
 _NAMED_AFTER = r"(?:\bby |\bfor |\bjob |\bthat |\bpreemption: |\bover |\bwhile |\bbehind )"
-_NAME_ENDS = r"(?=$|[\s,;:.)])"
+# "waiting for 2 evicted job(s)" counts jobs: 2 is no job's id there.
+_NAME_ENDS = r"(?=$|[\s,;:.)])(?! evicted job)"
+# "waiting for 2 evicted job(s) (41, 42) to release their GPUs": the engine lists victims by id.
+_VICTIM_LIST = re.compile(r"(evicted job\(s\) \()([^()]*)(\))")
+_NAMED_ID = re.compile(rf"{_NAMED_AFTER}(\d+){_NAME_ENDS}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +125,51 @@ def unnamed(text: str, hidden: Iterable[JobMention]) -> str:
         # "own job 42" reads "own job (8 GPUs of Quota1 (workspace-c))".
         return before + (f"({description})" if before == "job " else description)
 
-    return named.sub(described, text)
+    def listed(found: re.Match[str]) -> str:
+        victims = ", ".join(said.get(victim, victim) for victim in found.group(2).split(", "))
+        return found.group(1) + victims + found.group(3)
+
+    # Both in one pass over the original words: the victim list's parentheses are matched
+    # before a description adds its own.
+    either = re.compile(rf"{_VICTIM_LIST.pattern}|{named.pattern}")
+
+    def replaced(found: re.Match[str]) -> str:
+        if found.group(1) is not None:
+            return listed(_VICTIM_LIST.fullmatch(found.group(0)) or found)
+        return described(named.fullmatch(found.group(0)) or found)
+
+    return either.sub(replaced, text)
+
+
+def named_pks(text: str) -> set[int]:
+    """The ids a scheduler sentence names jobs by (the places `unnamed` replaces)."""
+    pks = {int(number) for number in _NAMED_ID.findall(text)}
+    for victims in _VICTIM_LIST.findall(text):
+        pks |= {int(victim) for victim in victims[1].split(", ") if victim.isdecimal()}
+    return pks
+
+
+def reasons_as_seen(reader: Reader, jobs: Iterable[Job]) -> dict[int, str]:
+    """Each pending job's reason as `reader` may read it: the jobs it waits for or behind ("waits
+    while 42, which it was evicted for, starts") by id where the reader may open them, else by
+    quota, workspace and GPUs. Two queries for all the jobs, none where no reason names a job."""
+    return reasons_read_by(reader, {job.pk: job.reason_message for job in jobs if job.reason_message})
+
+
+def reasons_for_everyone(reasons: Mapping[int, str]) -> dict[int, str]:
+    """Reasons (by job id) as a reader who may open no other job reads them: for a live topic,
+    whose listeners need not all see the jobs a reason names."""
+    return reasons_read_by(AnonymousUser(), reasons)
+
+
+def reasons_read_by(reader: Reader, reasons: Mapping[int, str]) -> dict[int, str]:
+    """`reasons_as_seen` for reasons by job id."""
+    named = {pk: named_pks(reason) for pk, reason in reasons.items()}
+    mentions = mention_jobs(reader, set().union(*named.values()) if named else set())
+    return {
+        pk: unnamed(reason, [mentions[other] for other in named[pk] if other in mentions])
+        for pk, reason in reasons.items()
+    }
 
 
 def preview_as_seen(reader: Reader, preview: Mapping[str, Any]) -> dict[str, Any]:
@@ -190,3 +238,12 @@ def job_history(reader: Reader, job: Job) -> list[EventSeen]:
         )
         for event in events
     ]
+
+
+def show_reasons_to(reader: Reader, jobs: Iterable[Job]) -> None:
+    """For a page about to show these jobs: each one's reason, on the instance in hand, as
+    `reader` may read it (`reasons_as_seen`). The row keeps the scheduler's words; a page never
+    saves the jobs it shows."""
+    shown = {job.pk: job for job in jobs}
+    for pk, reason in reasons_as_seen(reader, shown.values()).items():
+        shown[pk].reason_message = reason

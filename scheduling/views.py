@@ -279,6 +279,8 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
             jobs = jobs.filter(owner__username=chosen["user"].strip())
     ordered = selectors.job_page_list(queryset=jobs).order_by("-submitted_at", "-id")
     page = Paginator(ordered, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    page.object_list = list(page.object_list)
+    mentions.show_reasons_to(request.user, page.object_list)
     kept = {key: value for key, value in request.GET.items() if key != "page" and value}
     context = {
         "page": page,
@@ -293,6 +295,7 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
 @login_required
 def job_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
     job: Job = get_object_or_404(restrict(selectors.job_list(), request.user, "view"), pk=pk)
+    mentions.show_reasons_to(request.user, [job])
     context = {"job": job, "may_cancel": job.is_active and can(request.user, "manage", job)}
     if request.GET.get("part") == "live":
         # The 2-second poll: only the state, reason and placement block.

@@ -4,14 +4,30 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import AnonymousUser
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from console.json_types import JsonTypedMixin
 from quotas import bounds
 from quotas.api.serializers import text, within
-from scheduling import job_environment
+from scheduling import job_environment, mentions
 from scheduling.models import Job, JobKind
+
+
+class JobListSerializer(serializers.ListSerializer):  # type: ignore[type-arg]
+    """A page of jobs: the jobs their reasons name are read once for the page (two queries)."""
+
+    def to_representation(self, data: Any) -> list[Any]:
+        jobs = list(data.all() if hasattr(data, "all") else data)
+        self.context["reasons"] = mentions.reasons_as_seen(_reader(self.context), jobs)
+        return super().to_representation(jobs)
+
+
+def _reader(context: dict[str, Any]) -> Any:
+    """Who reads the answer; without a request, nobody who may see another job (anonymous)."""
+    request = context.get("request")
+    return getattr(request, "user", None) or AnonymousUser()
 
 
 class JobSerializer(JsonTypedMixin, serializers.ModelSerializer[Job]):
@@ -67,6 +83,7 @@ class JobSerializer(JsonTypedMixin, serializers.ModelSerializer[Job]):
             "release_at",
         ]
         read_only_fields = fields
+        list_serializer_class = JobListSerializer
 
     def get_nodes(self, job: Job) -> list[str]:
         return sorted({placement.node.name for placement in job.placements.all()})
@@ -77,7 +94,11 @@ class JobSerializer(JsonTypedMixin, serializers.ModelSerializer[Job]):
     def get_reason(self, job: Job) -> dict[str, str] | None:
         if not job.reason_code:
             return None
-        return {"code": job.reason_code, "message": job.reason_message}
+        # The reason may name the job this one waits for or behind: as the reader may see it.
+        shown: dict[int, str] | None = self.context.get("reasons")
+        if shown is None or job.pk not in shown:
+            shown = mentions.reasons_as_seen(_reader(self.context), [job])
+        return {"code": job.reason_code, "message": shown.get(job.pk, job.reason_message)}
 
 
 @extend_schema_field(

@@ -106,7 +106,7 @@ class JobViewSet(
             return Response(preview.as_dict(), status=status.HTTP_200_OK)
         submitted_job = services.submit_job(actor=request.user, workspace=workspace, quota=quota, **fields)
         job = selectors.job_list().get(pk=submitted_job.pk)
-        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+        return Response(JobSerializer(job, context={"request": request}).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
         request=JobDryRunSerializer,
@@ -126,7 +126,8 @@ class JobViewSet(
         if options.validated_data["dry_run"]:
             return Response(services.preview_cancel_job(actor=request.user, job=job).as_dict())
         cancelled = services.cancel_job(actor=request.user, job=job)
-        return Response(JobSerializer(selectors.job_list().get(pk=cancelled.pk)).data)
+        cancelled_job = selectors.job_list().get(pk=cancelled.pk)
+        return Response(JobSerializer(cancelled_job, context={"request": request}).data)
 
     @extend_schema(responses={200: JobEventSerializer(many=True)})
     # A job's whole history, unpaginated; the list's filters (state, kind…) are not the events'.

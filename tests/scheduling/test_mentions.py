@@ -12,8 +12,8 @@ from django.contrib.auth.models import AbstractUser
 from django.test import Client
 from rest_framework.test import APIClient
 
-from scheduling import estimates, services
-from scheduling.mentions import JobMention, mention_jobs, unnamed, visible_job_pks
+from scheduling import estimates, live, services
+from scheduling.mentions import JobMention, mention_jobs, named_pks, unnamed, visible_job_pks
 from scheduling.models import JobState
 from tests.scheduling.conftest import Cluster
 from workspaces import services as workspace_services
@@ -54,6 +54,18 @@ SAID = "8 GPUs of team-b (lab-c)"
         ("restarted on gpu-2 to make room for train-c", f"restarted on gpu-2 to make room for {SAID}"),
         ("evicted by reclaim for train-c", f"evicted by reclaim for {SAID}"),
         ("waits while 8, which it was evicted for, starts", f"waits while {SAID}, which it was evicted for, starts"),
+        (
+            "waiting for 2 evicted job(s) (3, 8) to release their GPUs; 8 GPUs are promised to it",
+            f"waiting for 2 evicted job(s) (3, {SAID}) to release their GPUs; 8 GPUs are promised to it",
+        ),
+        (
+            "waiting for 8 evicted job(s) to release their GPUs; 8 GPUs are promised to it",
+            "waiting for 8 evicted job(s) to release their GPUs; 8 GPUs are promised to it",
+        ),
+        (
+            "team-b is a fifo queue: waits behind 8, which does not fit yet",
+            f"team-b is a fifo queue: waits behind {SAID}, which does not fit yet",
+        ),
         # Replaced once: the description's "8 GPUs" is not read again as the id 8.
         ("evicted by reclaim for train-c, by 8", f"evicted by reclaim for {SAID}, by {SAID}"),
         ("needs 8 GPUs; 8 are free in the pool", "needs 8 GPUs; 8 are free in the pool"),
@@ -63,6 +75,12 @@ SAID = "8 GPUs of team-b (lab-c)"
 )
 def test_the_scheduler_s_sentences_name_a_hidden_job_by_quota_and_workspace(sentence: str, read: str) -> None:
     assert unnamed(sentence, [HIDDEN]) == read
+
+
+def test_the_ids_a_sentence_names_are_found_where_they_are_replaced() -> None:
+    assert named_pks("waiting for 2 evicted job(s) (3, 8) to release their GPUs; 8 GPUs are promised") == {3, 8}
+    assert named_pks("preempted in team-a by 12 (priority 9 > 3)") == {12}
+    assert named_pks("needs 8 GPUs; 8 are free in the pool; team-a would go above (8 + 2 > 8)") == set()
 
 
 def test_a_visible_job_keeps_its_name_and_id_in_the_sentence() -> None:
@@ -166,3 +184,47 @@ def test_the_estimate_names_a_hidden_victim_by_its_workspace() -> None:
     assert estimates.from_preview(preview).sentence == (
         "Starts now on gpu-1, GPUs 0–7; would reclaim 10 GPUs from team-b (a job of lab-c, reclaim rule; mine)."
     )
+
+
+@pytest.fixture
+def behind_a_foreign_job(cluster: Cluster, two_workspaces: dict[str, Any]) -> dict[str, Any]:
+    """team-b, shared by lab and lab-c, is a fifo queue: carl's big-c (16 GPUs) does not fit
+    beside lab's holder, and dana's small waits behind it ("waits behind <big-c's id>")."""
+    cluster.quotas["team-b"].queue_policy = "fifo"
+    cluster.quotas["team-b"].save(update_fields=["queue_policy"])
+    cluster.submit("holder", "team-a", gpus=8)
+    cluster.submit("big-c", "team-b", gpus=8, replicas=2, workspace=two_workspaces["lab-c"])
+    cluster.submit("small", "team-b", gpus=1, actor=two_workspaces["dana"])
+    services.converge()
+    big = cluster.job("big-c")
+    waiting = cluster.job("small").reason_message
+    assert waiting == f"team-b is a fifo queue: waits behind {big.pk}, which does not fit yet"
+    return two_workspaces
+
+
+def test_a_reason_names_the_foreign_job_it_waits_behind_by_quota_and_workspace(
+    cluster: Cluster, behind_a_foreign_job: dict[str, Any]
+) -> None:
+    small, big = cluster.job("small"), cluster.job("big-c")
+    described = "team-b is a fifo queue: waits behind 16 GPUs of team-b (lab-c), which does not fit yet"
+    api = APIClient()
+    api.force_authenticate(user=behind_a_foreign_job["dana"])
+    assert api.get(f"/api/v1/jobs/{small.pk}/").json()["reason"]["message"] == described
+    listed = {job["name"]: job for job in api.get("/api/v1/jobs/").json()["results"]}
+    assert listed["small"]["reason"]["message"] == described
+
+    page = Client()
+    page.force_login(behind_a_foreign_job["dana"])
+    for url in (f"/jobs/{small.pk}/", f"/jobs/{small.pk}/?part=live", "/jobs/"):
+        html = page.get(url).content.decode()
+        assert "waits behind 16 GPUs of team-b (lab-c)" in html, url
+        assert f"waits behind {big.pk}," not in html, url
+
+    # A live topic's listeners are told the same, whoever they are.
+    changes = dict(live.topic_changes([{"kind": "job", "id": small.pk}]))
+    assert changes[f"job:{small.pk}"]["reason"] == described
+
+    # A platform admin reads the id, as the scheduler wrote it.
+    root = APIClient()
+    root.force_authenticate(user=behind_a_foreign_job["root"])
+    assert root.get(f"/api/v1/jobs/{small.pk}/").json()["reason"]["message"] == small.reason_message
