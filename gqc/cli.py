@@ -19,6 +19,8 @@ from gqc.client import EXIT_NOT_FOUND, EXIT_SIGNED_OUT, EXIT_WAITS, ApiError, Co
 from gqc.output import FORMATS, Column, emit, gpus, moment
 
 JOB_KINDS = ("training", "inference", "notebook")
+# The reason code of a job larger than every node or than the pool: no cycle admits it as asked.
+EXCEEDS_CLUSTER = "exceeds_cluster"
 # A name several jobs share: the newest is used, and this many ids are named on stderr.
 NAMESAKES_SHOWN = 10
 Command = TypeVar("Command", bound=Callable[..., Any])
@@ -135,6 +137,7 @@ def submit(name: str, workspace: str, quota: str, dry_run: bool, output: str, **
 @click.option("--state", "-s", help="pending, running, releasing, succeeded, failed or cancelled.")
 @click.option("--owner", help="Only this user's jobs.")
 @click.option("--kind", type=click.Choice(JOB_KINDS))
+@click.option("--reason", help="Only jobs waiting for this reason; exceeds_cluster: those that cannot start as asked.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True, help="Newest jobs shown.")
 @output_option
 def list_jobs(limit: int, output: str, **filters: Any) -> None:
@@ -241,6 +244,9 @@ def workspaces(output: str) -> None:
 
 def job_state_sentence(job: dict[str, Any]) -> str:
     """`running on dgx-1` or `pending (3rd in queue): <the reason's sentence>`."""
+    reason_code = (job.get("reason") or {}).get("code")
+    if job["state"] == "pending" and reason_code == EXCEEDS_CLUSTER:
+        return f"pending, cannot start: {job['reason']['message']} (it asks more than the cluster has)"
     if job["state"] == "pending":
         position = f", position {job['position']} in the queue" if job.get("position") else ""
         reason = f": {job['reason']['message']}" if job.get("reason") else ""
@@ -261,6 +267,11 @@ def estimate_sentence(preview: dict[str, Any]) -> str:
         evicting = f" (evicting {plural(len(preview['evict']), 'job')}: {victims})" if preview["evict"] else ""
         return f"Starts now on {where}{evicting}." if where else f"Starts now{evicting}."
     reason = preview.get("reason") or {}
+    if reason.get("code") == EXCEEDS_CLUSTER:
+        return (
+            f"Cannot start: {reason.get('message')} ({EXCEEDS_CLUSTER}); "
+            "submitted, it would wait until the cluster grows"
+        )
     return f"Waits: {reason.get('message', 'the next cycle would not admit it')} ({reason.get('code', 'pending')})"
 
 
@@ -310,7 +321,10 @@ def job_description(job: dict[str, Any]) -> str:
         ("State", job_state_sentence(job)),
         ("Placement", "; ".join(placements) or "-"),
         ("Image", job.get("image") or "-"),
-        ("Environment", "\n".join(f"{name}={value}" for name, value in (job.get("environment") or {}).items()) or "-"),
+        (
+            "Environment",
+            "\n".join(f"{name}={value}" for name, value in sorted((job.get("environment") or {}).items())) or "-",
+        ),
         ("Submitted", moment(job.get("submitted_at")) or "-"),
         ("Started", moment(job.get("started_at")) or "-"),
         ("Finished", moment(job.get("finished_at")) or "-"),

@@ -13,8 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from quotas import bounds
+from scheduling.engine.types import EXCEEDS_CLUSTER
 
-Verdict = Literal["starts", "waits", "refused", "incomplete"]
+# "cannot_start": the engine says the job asks more than the cluster has (EXCEEDS_CLUSTER, a
+# replica above every node or more GPUs than the pool): no cycle would ever admit it as asked.
+Verdict = Literal["starts", "waits", "cannot_start", "refused", "incomplete"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,9 @@ def from_preview(preview: Any) -> Estimate:
     reason = preview.reason or {}
     message = reason.get("message") or "the next cycle would not admit it yet"
     position = f" (#{reason['position']} in the queue, {reason['code']})" if reason.get("position") else ""
+    if reason.get("code") == EXCEEDS_CLUSTER:
+        where = position or f" ({EXCEEDS_CLUSTER})"
+        return Estimate("cannot_start", f"Cannot start: {message}{where}.".replace("..", "."))
     return Estimate("waits", f"Waits: {message}{reclaiming}{position}.".replace("..", "."), reclaims=reclaims)
 
 

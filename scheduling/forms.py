@@ -17,6 +17,10 @@ from scheduling.models import KIND_DEFAULTS, JobKind, JobState
 from scheduling.selectors import QuotaChoice
 from workspaces.models import Workspace
 
+# The Jobs page's State filter "Cannot start": pending jobs the engine says ask more than the
+# cluster has (EXCEEDS_CLUSTER), which no cycle would admit as asked.
+CANNOT_START = "cannot_start"
+
 # The name a dry run uses while the person has not named the job yet: the estimate should not
 # wait for a name, and the name changes nothing about where the job would go.
 ESTIMATE_NAME = "estimate"
@@ -205,7 +209,11 @@ class JobFilterForm(forms.Form):
         label="Workspace", queryset=Workspace.objects.none(), required=False, empty_label="all"
     )
     quota = forms.ModelChoiceField(label="Quota", queryset=Quota.objects.none(), required=False, empty_label="all")
-    state = forms.ChoiceField(label="State", choices=[("", "all"), *JobState.choices], required=False)
+    state = forms.ChoiceField(
+        label="State",
+        choices=[("", "all"), *JobState.choices, (CANNOT_START, "Cannot start")],
+        required=False,
+    )
     kind = forms.ChoiceField(label="Kind", choices=[("", "all"), *JobKind.choices], required=False)
     user = forms.CharField(label="User", required=False, max_length=150)
 

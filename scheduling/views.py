@@ -27,9 +27,10 @@ from quotas import bounds
 from quotas.models import Quota
 from quotas.services import DryRunResult, error_messages
 from scheduling import estimates, mentions, selectors, services
+from scheduling.engine.types import EXCEEDS_CLUSTER
 from scheduling.estimates import Estimate
-from scheduling.forms import ESTIMATE_NAME, CancelForm, JobFilterForm, SubmitJobForm
-from scheduling.models import Job
+from scheduling.forms import CANNOT_START, ESTIMATE_NAME, CancelForm, JobFilterForm, SubmitJobForm
+from scheduling.models import Job, JobState
 from workspaces.models import Workspace
 from workspaces.permissions import (
     can,
@@ -199,7 +200,8 @@ def _initial_from_job(request: HttpRequest) -> dict[str, Any]:
         "grace_seconds": job.grace_seconds,
         "duration": job.duration,
         "command": job.command,
-        "environment": "\n".join(f"{name}={value}" for name, value in job.environment.items()),
+        # By name: PostgreSQL's jsonb keeps no order of its own.
+        "environment": "\n".join(f"{name}={value}" for name, value in sorted(job.environment.items())),
         "image": job.image,
     }
 
@@ -271,7 +273,9 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
             jobs = jobs.filter(workspace=chosen["workspace"])
         if chosen.get("quota"):
             jobs = jobs.filter(quota=chosen["quota"])
-        if chosen.get("state"):
+        if chosen.get("state") == CANNOT_START:
+            jobs = jobs.filter(state=JobState.PENDING, reason_code=EXCEEDS_CLUSTER)
+        elif chosen.get("state"):
             jobs = jobs.filter(state=chosen["state"])
         if chosen.get("kind"):
             jobs = jobs.filter(kind=chosen["kind"])

@@ -80,7 +80,11 @@ def test_dry_run_says_where_the_job_would_start_then_submit_runs_it(dave: Any) -
 
 
 def test_a_job_beyond_the_free_gpus_waits_with_numbers_and_exit_code_10(dave: Any) -> None:
-    estimate = dave("submit", "big", "-w", "workspace-b", "-q", "Quota1.1", "--gpus", "16", "--dry-run")
+    # Two replicas of 8: each fits a node, and 16 are more than the 8 free (16 on one node could
+    # never start: "Cannot start", below).
+    estimate = dave(
+        "submit", "big", "-w", "workspace-b", "-q", "Quota1.1", "--gpus", "8", "--replicas", "2", "--dry-run"
+    )
     assert estimate.exit_code == exit_codes.EXIT_WAITS
     assert estimate.output.startswith("Waits: ")
     assert "16" in estimate.output
@@ -247,3 +251,16 @@ def test_a_bad_env_is_refused_before_sending_and_a_reserved_one_by_the_console(d
     assert reserved.exit_code == exit_codes.EXIT_REFUSED
     assert reserved.stderr.startswith("gqc: environment: CUDA_VISIBLE_DEVICES is set by the node agent")
     assert not Job.objects.filter(name="x").exists()
+
+
+def test_a_job_larger_than_any_node_cannot_start_and_list_finds_such_jobs(dave: Any) -> None:
+    estimate = dave("submit", "wide", "-w", "workspace-b", "-q", "Quota1.1", "--gpus", "12", "--dry-run")
+    assert estimate.exit_code == exit_codes.EXIT_WAITS
+    sentence = "Cannot start: needs 12 GPUs on one node; the largest node has 8 (exceeds_cluster)"
+    assert estimate.stdout.startswith(sentence)
+    submitted = dave("submit", "wide", "-w", "workspace-b", "-q", "Quota1.1", "--gpus", "12")
+    assert submitted.exit_code == 0, submitted.output
+    assert "pending, cannot start: needs 12 GPUs on one node" in submitted.stdout
+    listed = json.loads(dave("list", "--reason", "exceeds_cluster", "-o", "json").stdout)
+    assert "wide" in [job["name"] for job in listed]
+    assert {job["reason"]["code"] for job in listed} == {"exceeds_cluster"}
