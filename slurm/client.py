@@ -25,6 +25,8 @@ _DRAIN_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED"})
 LIVE_JOB_STATES = frozenset(
     {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}
 )
+# What of the console's own environment a job gets (through sbatch's --export=ALL).
+_SUBMIT_VARIABLES = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR"})
 _GRES_GPU = re.compile(r"^gpu(?::(?P<model>[^:(]+))?:(?P<count>\d+)")
 _GRES_INDICES = re.compile(r"IDX:(?P<indices>[0-9,\-]+)")
 
@@ -111,8 +113,10 @@ class SlurmClient:
         self.conf = conf
         self.timeout = timeout
 
-    def _run(self, argv: Sequence[str], *, stdin: str | None = None) -> str:
-        environment = {**os.environ, "SLURM_CONF": self.conf}
+    def _run(
+        self, argv: Sequence[str], *, stdin: str | None = None, environment: Mapping[str, str] | None = None
+    ) -> str:
+        environment = {**(os.environ if environment is None else environment), "SLURM_CONF": self.conf}
         try:
             finished = subprocess.run(
                 list(argv),
@@ -208,9 +212,12 @@ class SlurmClient:
     ) -> int:
         """Submit one batch job pinned to `node`; returns Slurm's job id.
 
-        The environment is written into the script rather than passed with `--export`, whose
-        list is split on commas that values may hold; `--export=NONE` keeps the console's own
-        environment (its database URL among it) out of the job.
+        The job's environment is written into the script rather than passed with `--export`,
+        whose list is split on commas that values may hold. sbatch itself runs with only the
+        basic variables of the console's process (`_SUBMIT_VARIABLES`), which `--export=ALL`
+        hands on: the console's own environment (its database URL among it) stays out of the job.
+        `--export=NONE` would do that too, but makes slurmd load the user's login environment,
+        about 3 s more per start on the test machine.
         """
         lines = ["#!/bin/sh"]
         lines += [f"export {key}={shlex.quote(value)}" for key, value in sorted(environment.items())]
@@ -223,7 +230,7 @@ class SlurmClient:
             f"--nodelist={node}",
             "--nodes=1",
             "--ntasks=1",
-            "--export=NONE",
+            "--export=ALL",
             f"--output={output}",
             "--open-mode=append",
         ]
@@ -233,7 +240,8 @@ class SlurmClient:
             argv.append(f"--cpus-per-task={cpus}")
         if memory_mib:
             argv.append(f"--mem={memory_mib}M")
-        answer = self._run(argv, stdin="\n".join(lines) + "\n").strip()
+        basic = {key: value for key, value in os.environ.items() if key in _SUBMIT_VARIABLES}
+        answer = self._run(argv, stdin="\n".join(lines) + "\n", environment=basic).strip()
         try:
             return int(answer.split(";")[0])
         except ValueError:

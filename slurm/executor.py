@@ -308,6 +308,15 @@ def follow(slurm: SlurmClient, seen: Sequence[SlurmJob], now: datetime) -> int:
             state=outcome.state, exit_code=outcome.exit_code, ended_at=now
         ):
             ended[row.job_id].append(outcome)
+            if row.state != "RUNNING" and outcome.state in ("COMPLETED", "FAILED"):
+                # It ran and ended between two syncs: its start is told now (Slurm no longer
+                # says which devices it had).
+                lifecycle.add_event(
+                    job_id=row.job_id,
+                    kind=JobEventKind.STARTED,
+                    at=now,
+                    message=f"replica {row.rank} ran on {row.node_name} as Slurm job {row.slurm_id}",
+                )
     if lines_by_job or truncated:
         with transaction.atomic():
             _append_logs(lines_by_job, truncated, now)

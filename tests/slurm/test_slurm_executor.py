@@ -111,13 +111,33 @@ def test_slurm_nodes_become_console_nodes_with_their_gpus_cpus_memory_and_partit
 
 
 def test_a_job_sees_exactly_the_gpus_slurm_gave_it_and_succeeds(
-    submit: Callable[..., Job], client_for: Clients, member: AbstractUser
+    submit: Callable[..., Job],
+    client_for: Clients,
+    member: AbstractUser,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
-    job = submit("cuda", 'echo "cuda=$CUDA_VISIBLE_DEVICES rank=$GQC_REPLICA_RANK quota=$GQC_QUOTA"', gpus=2)
+    # The console's own environment (its database URL, say) is not the job's.
+    monkeypatch.setenv("CONSOLE_ONLY_SECRET", "leaked")
+    # The job waits for the test to have looked at it running, then exits 0.
+    release = tmp_path / "release"
+    job = submit(
+        "cuda",
+        'echo "cuda=$CUDA_VISIBLE_DEVICES rank=$GQC_REPLICA_RANK quota=$GQC_QUOTA secret=${CONSOLE_ONLY_SECRET:-none}"'
+        f"; while [ ! -e {release} ]; do sleep 0.1; done",
+        gpus=2,
+    )
+    row = settle(lambda: SlurmJob.objects.filter(job=job, state="RUNNING").first(), what="seen running")
+    devices = ",".join(map(str, row.devices))
+    assert len(row.devices) == 2
+    # The placement says which GPUs Slurm bound, so that the Nodes grid shows them.
+    assert Job.objects.get(pk=job.pk).placements.get().devices == row.devices
+    settle(lambda: logs(client_for(member), job), what="its line in the log")
+    assert logs(client_for(member), job) == [f"cuda={devices} rank=0 quota=team-a secret=none"]
+    release.touch()
     settle(lambda: state(job) == JobState.SUCCEEDED, what="the job succeeded")
-    (row,) = SlurmJob.objects.filter(job=job)
-    assert len(row.devices) == 2 and row.state == "COMPLETED" and row.exit_code == 0
-    assert logs(client_for(member), job) == [f"cuda={','.join(map(str, row.devices))} rank=0 quota=team-a"]
+    row.refresh_from_db()
+    assert (row.state, row.exit_code) == ("COMPLETED", 0)
     started = JobEvent.objects.get(job=job, kind=JobEventKind.STARTED)
     assert f"Slurm job {row.slurm_id}" in started.message
     assert Job.objects.get(pk=job.pk).allocated_gpus == 0
@@ -128,23 +148,35 @@ def test_a_failing_command_fails_the_job_with_its_exit_code_and_last_lines(submi
     settle(lambda: state(job) == JobState.FAILED, what="the job failed")
     failed = JobEvent.objects.get(job=job, kind=JobEventKind.FAILED)
     assert "exited with code 3" in failed.message and "broken" in failed.message
+    assert JobEvent.objects.filter(job=job, kind=JobEventKind.STARTED).count() == 1
 
 
 def test_a_cancel_stops_the_slurm_job_and_frees_the_gpus_only_once_it_is_gone(
     slurm: SlurmCluster, submit: Callable[..., Job], client_for: Clients, member: AbstractUser
 ) -> None:
-    # Four GPUs in all: the follower fits only once the sleeper's GPUs are free.
-    sleeper = submit("sleeper", "echo ready; sleep 120", gpus=2, grace_seconds=1)
+    # Four GPUs in all: the follower fits only once the sleeper's GPUs are free. The sleeper
+    # ignores SIGTERM: only the SIGKILL at the end of its grace ends it.
+    grace = 2.0
+    sleeper = submit("sleeper", 'trap "" TERM; echo ready; sleep 120', gpus=2, grace_seconds=grace)
     other = submit("other", "sleep 120", gpus=2)
     settle(lambda: logs(client_for(member), sleeper) == ["ready"], what="the sleeper runs")
     follower = submit("follower", "echo follower; sleep 120", gpus=2)
     assert state(follower) == JobState.PENDING
     answer = client_for(member).post(f"/api/v1/jobs/{sleeper.pk}/cancel/")
+    cancelled_at = time.monotonic()
     assert answer.status_code == 200, answer.content
     assert state(sleeper) == JobState.RELEASING  # cancelled, its GPUs held until Slurm says it ended
-    settle(lambda: state(sleeper) == JobState.CANCELLED, what="the sleeper cancelled")
-    assert live_in_slurm(slurm, sleeper) == []
-    settle(lambda: logs(client_for(member), follower) == ["follower"], what="the follower runs on the freed GPUs")
+
+    def follower_runs() -> bool:
+        running = state(follower) == JobState.RUNNING
+        # Never both: the follower holds the GPUs only once the sleeper's Slurm job is gone.
+        assert not (running and live_in_slurm(slurm, sleeper))
+        return running
+
+    settle(follower_runs, what="the follower admitted on the freed GPUs")
+    assert time.monotonic() - cancelled_at >= grace
+    assert state(sleeper) == JobState.CANCELLED and live_in_slurm(slurm, sleeper) == []
+    settle(lambda: logs(client_for(member), follower) == ["follower"], what="the follower runs")
     assert state(other) == JobState.RUNNING
 
 
@@ -207,6 +239,8 @@ def test_a_silent_slurmctld_makes_the_nodes_not_ready_without_a_traceback(
     slurm: SlurmCluster, lab: Cluster, settings: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings.NODE_LOST_SECONDS = 1.0
+    # A client command waits about MessageTimeout for a dead slurmctld; the console's bound is shorter.
+    settings.SLURM_COMMAND_SECONDS = 1.0
     slurm.stop_controller()
     try:
         with caplog.at_level(logging.WARNING):
@@ -222,6 +256,7 @@ def test_a_silent_slurmctld_makes_the_nodes_not_ready_without_a_traceback(
         assert said and all(record.exc_info is None for record in said)
     finally:
         slurm.start_controller(fresh=False)
+    settings.SLURM_COMMAND_SECONDS = 10.0
     settle(
         lambda: set(Node.objects.filter(executor=NodeExecutor.SLURM).values_list("state", flat=True))
         == {NodeState.READY},
