@@ -23,7 +23,7 @@ from scheduling import engine, job_environment, lifecycle, triggers
 from scheduling.clock import get_clock
 from scheduling.gc_pauses import without_collector_pauses
 from scheduling.job_writes import Actor, _publish_on_commit
-from scheduling.mentions import mention_jobs, unnamed
+from scheduling.mentions import mention_jobs, reasons_read_by, unnamed
 from scheduling.models import KIND_DEFAULTS, Job, JobEvent, JobEventKind, JobKind
 from scheduling.selectors import estimate_snapshot, job_key, user_gpus_in_use
 from workspaces.models import QuotaBinding, Workspace
@@ -397,7 +397,12 @@ def _preview_submission(job: Job, now: Any, *, reader: Actor) -> SubmitPreview:
         would_admit=admit is not None,
         reason=None
         if admit is not None or pending is None
-        else {"code": pending.code, "message": pending.message, "position": pending.position},
+        else {
+            "code": pending.code,
+            # "waits behind 42", "waiting for 1 evicted job(s) (41)": as the submitter may see them.
+            "message": reasons_read_by(reader, {job.pk: pending.message})[job.pk],
+            "position": pending.position,
+        },
         placements=[
             {"node": p.node, "devices": list(p.devices), "fraction": p.fraction}
             for p in (admit.placements if admit is not None else ())

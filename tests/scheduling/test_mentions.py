@@ -220,6 +220,10 @@ def test_a_reason_names_the_foreign_job_it_waits_behind_by_quota_and_workspace(
         assert "waits behind 16 GPUs of team-b (lab-c)" in html, url
         assert f"waits behind {big.pk}," not in html, url
 
+    # A dry run of one more job there waits behind the same job, told the same way.
+    body = {"name": "probe", "workspace": "lab", "quota": "team-b", "kind": "training", "gpus": 1, "dry_run": True}
+    assert api.post("/api/v1/jobs/", body, format="json").json()["reason"]["message"] == described
+
     # A live topic's listeners are told the same, whoever they are.
     changes = dict(live.topic_changes([{"kind": "job", "id": small.pk}]))
     assert changes[f"job:{small.pk}"]["reason"] == described
