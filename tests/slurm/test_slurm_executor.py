@@ -15,16 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
+from django.test import Client
 from django.utils import timezone
+from pytest_django.live_server_helper import LiveServer
 from rest_framework.test import APIClient
 
+from gqc.cli import cli
 from quotas.models import Node, NodeExecutor, NodeState
 from scheduling.cycle import run_cycle
 from scheduling.executors import get_executor
 from scheduling.models import Job, JobEvent, JobEventKind, JobState
 from slurm import executor, inventory
 from slurm.models import SlurmJob
+from tests.conftest import PASSWORD
 from tests.scheduling.conftest import Cluster, build_cluster
 from tests.slurm.conftest import GPUS_PER_NODE, NODE_NAMES, SlurmCluster
 from workspaces import services as workspace_services
@@ -143,12 +149,26 @@ def test_a_job_sees_exactly_the_gpus_slurm_gave_it_and_succeeds(
     assert Job.objects.get(pk=job.pk).allocated_gpus == 0
 
 
-def test_a_failing_command_fails_the_job_with_its_exit_code_and_last_lines(submit: Callable[..., Job]) -> None:
+def test_a_failing_command_fails_the_job_with_its_exit_code_and_the_page_and_gqc_name_its_slurm_job(
+    submit: Callable[..., Job], member: AbstractUser, live_server: LiveServer, tmp_path: Path, monkeypatch: Any
+) -> None:
     job = submit("bad", "echo broken >&2; exit 3")
     settle(lambda: state(job) == JobState.FAILED, what="the job failed")
     failed = JobEvent.objects.get(job=job, kind=JobEventKind.FAILED)
     assert "exited with code 3" in failed.message and "broken" in failed.message
     assert JobEvent.objects.filter(job=job, kind=JobEventKind.STARTED).count() == 1
+    (slurm_id,) = slurm_ids(job)
+    page = Client()
+    page.force_login(get_user_model().objects.get(pk=member.pk))
+    assert f"Slurm job {slurm_id}" in page.get(f"/jobs/{job.pk}/").content.decode()
+    monkeypatch.setenv("GQC_CONFIG_DIR", str(tmp_path / "gqc"))
+    runner = CliRunner()
+    signed = runner.invoke(
+        cli, ["login", live_server.url, "-u", member.username, "--password-stdin"], input=PASSWORD + "\n"
+    )
+    assert signed.exit_code == 0, signed.output
+    described = runner.invoke(cli, ["describe", str(job.pk)])
+    assert described.exit_code == 0 and f"Slurm job {slurm_id}" in described.output
 
 
 def test_a_cancel_stops_the_slurm_job_and_frees_the_gpus_only_once_it_is_gone(
