@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
+from hypothesis import assume, given
+from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from scheduling import estimates, live, services
@@ -75,6 +77,48 @@ SAID = "8 GPUs of team-b (lab-c)"
 )
 def test_the_scheduler_s_sentences_name_a_hidden_job_by_quota_and_workspace(sentence: str, read: str) -> None:
     assert unnamed(sentence, [HIDDEN]) == read
+
+
+# The engine's and the commit's sentences that name jobs, `{hidden}` and `{other}` by id and
+# `{name}` by name, around figures that may be any number (`{n}`), the hidden id included.
+SENTENCES = (
+    "preempted in team-a by {hidden} (priority {n} > {n})",
+    "child-level preemption: Quota1's own job {hidden} ranks above team-a's jobs",
+    "same-level preemption: {hidden} of team-b (priority {n}) over {other} of team-a (priority {n})",
+    "reclaimed for {hidden} of team-b: team-a holds more than its fair share of {n} GPUs and keeps at least that",
+    "reclaimed by team-b for {hidden}: team-a was above its guarantee of {n} GPUs; team-b is within its guarantee",
+    "moved so that {hidden} can start: the {n} GPUs it needs are free but fragmented across nodes",
+    "restarted on gpu-{n} to make room for {name}",
+    "waits while {hidden}, which it was evicted for, starts",
+    "team-b is a fifo queue: waits behind {hidden}, which does not fit yet",
+    "waiting for {n} evicted job(s) ({other}, {hidden}) to release their GPUs; {n} GPUs are promised to it",
+    "needs {n} GPUs; {n} are free in the pool; team-a would go above its fair share ({n} + {n} > {n})",
+)
+
+
+@given(
+    sentence=st.sampled_from(SENTENCES),
+    hidden=st.integers(min_value=1, max_value=99),
+    other=st.integers(min_value=1, max_value=99),
+    figure=st.integers(min_value=0, max_value=99),
+    gpus=st.integers(min_value=1, max_value=99),
+)
+def test_no_hidden_id_is_left_where_a_sentence_names_a_job(
+    sentence: str, hidden: int, other: int, figure: int, gpus: int
+) -> None:
+    """Whatever the numbers: the hidden job's id and name are gone from every place that names a
+    job, the other job's id stays, and every figure around them is kept as it was."""
+    assume(hidden != other)
+    mention = JobMention(pk=hidden, name="train-c", quota="team-b", workspace="lab-c", gpus=float(gpus), visible=False)
+    written = sentence.format(hidden=hidden, other=other, name="train-c", n=figure)
+    read = unnamed(written, [mention])
+    assert "train-c" not in read
+    named_after = named_pks(read.replace(mention.description, "a job"))
+    assert hidden not in named_after
+    assert (other in named_after) == (other in named_pks(written))
+    # Put the id back where the description stands: the sentence as the scheduler wrote it.
+    restored = read.replace(f"({mention.description})", str(hidden)).replace(mention.description, str(hidden))
+    assert restored == written.replace("train-c", str(hidden))
 
 
 def test_the_ids_a_sentence_names_are_found_where_they_are_replaced() -> None:
