@@ -35,10 +35,10 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
 
-from console import selectors  # noqa: E402
 from quotas import selectors as quota_selectors  # noqa: E402
 from quotas.models import Quota, ResourcePool  # noqa: E402
-from scheduling import bulk  # noqa: E402
+from scheduling import bulk, quota_charts  # noqa: E402
+from scheduling.allocation_history import CHART_RANGES  # noqa: E402
 from scheduling.models import AllocationSample  # noqa: E402
 
 NOW = datetime(2026, 3, 9, 0, 0, tzinfo=UTC)
@@ -84,16 +84,16 @@ def run(arguments: argparse.Namespace) -> None:
     assert first is not None
     print(f"{connection.vendor}: {rows:,} allocation samples, {arguments.quotas} quotas")
     print("range | overview CPU / wall ms | points per series | figure bytes | monitoring CPU / wall ms | points")
-    for span in [entry for entry in selectors.CHART_RANGES if entry.key in arguments.ranges]:
+    for span in [entry for entry in CHART_RANGES if entry.key in arguments.ranges]:
         cpu, wall, overview = timed(
-            arguments.repeat, lambda span=span: selectors.quota_overview(rows=tree, now=NOW, span=span)
+            arguments.repeat, lambda span=span: quota_charts.quota_overview(rows=tree, now=NOW, span=span)
         )
         area = overview["allocation"]
         assert area is not None
         points = max(len(trace["x"]) for trace in area["data"])
         size = len(json.dumps(area))
         m_cpu, m_wall, monitoring = timed(
-            arguments.repeat, lambda span=span: selectors.quota_monitoring(quota_id=first.pk, now=NOW, span=span)
+            arguments.repeat, lambda span=span: quota_charts.quota_monitoring(quota_id=first.pk, now=NOW, span=span)
         )
         assert monitoring is not None
         m_points = max(len(trace["x"]) for trace in monitoring["data"])
@@ -106,7 +106,7 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=15.0)
     parser.add_argument("--days", type=float, default=7.0)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--ranges", nargs="*", default=[entry.key for entry in selectors.CHART_RANGES])
+    parser.add_argument("--ranges", nargs="*", default=[entry.key for entry in CHART_RANGES])
     parser.add_argument("--profile", action="store_true")
     arguments = parser.parse_args()
     setup_test_environment()

@@ -57,6 +57,8 @@ INSTALLED_APPS = [
     "slurm",
     "live",
     "console",
+    # The bottom package (utilities/__init__.py): an app for its templates only.
+    "utilities",
 ]
 
 MIDDLEWARE = [
@@ -94,11 +96,12 @@ TEMPLATES = [
         },
     },
     # Second, for the row templates of thousand-row tables only (console/jinja.py says why);
-    # its own directory, so Django's engine never picks up one of these by name.
+    # each app keeps them in its own jinja2/ directory, so Django's engine never picks up one of
+    # these by name.
     {
         "BACKEND": "django.template.backends.jinja2.Jinja2",
-        "DIRS": [BASE_DIR / "jinja2"],
-        "APP_DIRS": False,
+        "DIRS": [],
+        "APP_DIRS": True,
         "OPTIONS": {"environment": "console.jinja.environment"},
     },
 ]

@@ -11,8 +11,8 @@ from django.db.models import QuerySet
 from rest_framework import mixins, serializers, viewsets
 
 from console import services
-from console.json_types import JsonTypedMixin
 from quotas.api.permissions import IsPlatformAdmin
+from utilities.json_types import JsonTypedMixin
 
 User = get_user_model()
 

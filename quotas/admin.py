@@ -9,9 +9,9 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from console.admin import ReadOnlyAdmin
 from quotas import services
 from quotas.models import AuditRecord, GpuDevice, Installation, Node, NodeAgent, Quota, ResourcePool
+from utilities.admin import ReadOnlyAdmin
 
 
 class QuotaAdminForm(forms.ModelForm):  # type: ignore[type-arg]

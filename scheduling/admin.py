@@ -2,7 +2,7 @@
 
 A job's state, placements and events are the scheduler's: scheduling/services.py changes them
 under the cycle lock, bumps the job's revision and publishes the change, so a direct row write
-would be overwritten or, worse, disagree with the GPUs held (console.admin.ReadOnlyAdmin).
+would be overwritten or, worse, disagree with the GPUs held (utilities.admin.ReadOnlyAdmin).
 Cancelling goes through services.cancel_job, as the job page does.
 """
 
@@ -13,7 +13,6 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from console.admin import ReadOnlyAdmin, ReadOnlyInline
 from scheduling import services
 from scheduling.models import (
     AgentProcess,
@@ -25,6 +24,7 @@ from scheduling.models import (
     ReplicaPlacementRecord,
     SchedulerFence,
 )
+from utilities.admin import ReadOnlyAdmin, ReadOnlyInline
 
 
 class PlacementInline(ReadOnlyInline):

@@ -2,7 +2,7 @@
 removal or a quota unbinding leaves running (their previews).
 
 They live in scheduling because they read jobs and events, and imports point one way
-(console → scheduling → workspaces); the workspace pages that show them are the console's.
+(console → scheduling → workspaces); the workspace tabs that show them are scheduling/workspace_views.py.
 
 How GPU-hours are worked out (docs/workspaces.md, "How usage is computed"):
 

@@ -22,7 +22,6 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from console.pagekit import PreviewAction, PreviewSummary, run_preview_action
 from quotas import bounds
 from quotas.models import Quota
 from quotas.services import DryRunResult, error_messages
@@ -31,6 +30,7 @@ from scheduling.engine.types import EXCEEDS_CLUSTER
 from scheduling.estimates import Estimate
 from scheduling.forms import CANNOT_START, ESTIMATE_NAME, CancelForm, JobFilterForm, SubmitJobForm
 from scheduling.models import Job, JobState
+from utilities.pagekit import PreviewAction, PreviewSummary, run_preview_action
 from workspaces.models import Workspace
 from workspaces.permissions import (
     can,

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from console.admin import ReadOnlyAdmin
 from telemetry.models import GpuSample
+from utilities.admin import ReadOnlyAdmin
 
 
 @admin.register(GpuSample)

@@ -18,3 +18,9 @@ class TelemetryConfig(AppConfig):
         from scheduling.agent_services import gpu_samples_reported
 
         gpu_samples_reported.connect(_store_agent_samples, dispatch_uid="telemetry-agent-samples")
+        # Scheduling's Nodes and Quota pages show these figures and cannot import telemetry.
+        from scheduling import page_figures
+        from telemetry.quota_charts import quota_utilisation
+        from telemetry.selectors import latest_gpu_readings
+
+        page_figures.register(gpu_readings=latest_gpu_readings, quota_utilisation=quota_utilisation)

@@ -50,7 +50,7 @@ class Recorded(NamedTuple):
 
 
 def moment(at: datetime) -> str:
-    """Plotly reads ISO text as wall time; the chart's axis says UTC (as console.selectors).
+    """Plotly reads ISO text as wall time; the chart's axis says UTC (as scheduling.allocation_history).
     isoformat, not strftime: a day of minutes for 8 GPUs is 11,520 of these, and strftime cost
     a quarter of the chart's time."""
     if at.utcoffset():

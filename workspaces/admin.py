@@ -1,4 +1,4 @@
-"""Workspaces in Django's admin: read-only (console.admin.ReadOnlyAdmin says why).
+"""Workspaces in Django's admin: read-only (utilities.admin.ReadOnlyAdmin says why).
 
 Members, roles, rules and bindings change on the workspace pages and through the API, where
 workspaces/services.py keeps guardian's object permissions in step with memberships, checks
@@ -12,7 +12,7 @@ from django.contrib import admin
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
-from console.admin import ReadOnlyAdmin, ReadOnlyInline
+from utilities.admin import ReadOnlyAdmin, ReadOnlyInline
 from workspaces.models import (
     Cap,
     CustomRole,

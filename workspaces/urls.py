@@ -1,4 +1,4 @@
-"""Page routes of workspaces, mounted by console.urls (the tabs that read jobs are console's)."""
+"""Page routes of workspaces, mounted by console.urls (the tabs that read jobs are scheduling's)."""
 
 from django.urls import path
 

@@ -1,6 +1,6 @@
 """Pages: the workspace list, the Members tab (members, roles, custom roles) and the Scheduling
-Configurations tab. The tabs that read jobs (member removal's preview, Quotas, Usage) are the
-console's (console/workspace_views.py): imports point one way, and jobs live above workspaces.
+Configurations tab. The tabs that read jobs (member removal's preview, Quotas, Usage) are
+scheduling's (scheduling/workspace_views.py): imports point one way, and jobs live above workspaces.
 
 Who: a workspace the user may not see is a 404; members read the tabs, workspace admins and
 platform admins write (anyone else a 403 with the reason)."""

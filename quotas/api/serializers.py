@@ -8,10 +8,10 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from console.json_types import JsonTypedMixin
 from quotas import bounds, selectors
 from quotas.hooks import QuotaStatus
 from quotas.models import AuditRecord, Node, Quota
+from utilities.json_types import JsonTypedMixin
 
 
 def within(field: str, most: float, *, least: float | None = 0) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from collections import defaultdict
 from django.core.exceptions import ValidationError
 
 from quotas.services.common import _TOLERANCE, RESOURCES
+from utilities.validation import error_messages as error_messages  # the services' answers use it
 
 
 class _Errors:
@@ -23,13 +24,6 @@ class _Errors:
     def raise_if_any(self) -> None:
         if self.by_field:
             raise ValidationError(dict(self.by_field))
-
-
-def error_messages(error: ValidationError) -> dict[str, list[str]]:
-    """A ValidationError as {field: [messages]}, the shape of API errors and dry-run answers."""
-    if hasattr(error, "error_dict"):
-        return {field: [str(message) for message in messages] for field, messages in error.message_dict.items()}
-    return {"non_field_errors": [str(message) for message in error.messages]}
 
 
 def _number(amount: float | None) -> str:

@@ -19,7 +19,6 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
-from console.json_types import JsonTypedMixin
 from quotas import bounds
 from quotas.api.node_auth import IsNodeAgent, NodeTokenAuthentication
 from quotas.api.serializers import text, within
@@ -27,6 +26,7 @@ from quotas.models import NodeAgent
 from quotas.node_agents import REVOKED, NodeTokenRevoked, ReportedDevice, agent_for_token, register_agent
 from scheduling import agent_services
 from scheduling.models import AgentProcessState
+from utilities.json_types import JsonTypedMixin
 
 _ID_MAX = 2**63 - 1
 # A console's identity is a UUID's 36 characters (quotas.node_agents.installation_identity).

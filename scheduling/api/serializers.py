@@ -8,11 +8,11 @@ from django.contrib.auth.models import AnonymousUser
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from console.json_types import JsonTypedMixin
 from quotas import bounds
 from quotas.api.serializers import text, within
 from scheduling import job_environment, mentions
 from scheduling.models import Job, JobKind
+from utilities.json_types import JsonTypedMixin
 
 
 class JobListSerializer(serializers.ListSerializer):  # type: ignore[type-arg]

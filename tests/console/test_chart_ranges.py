@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.contrib.auth.models import AbstractUser
 
-from console import selectors
 from quotas.models import Quota
+from scheduling import allocation_history
 from scheduling.clock import get_clock
 from scheduling.models import AllocationSample
 from scheduling.selectors import AllocationPoint
@@ -27,7 +27,7 @@ def point(seconds: float, allocated: float, guaranteed: float = 8.0, fair_share:
 
 def test_few_changes_are_drawn_as_exact_steps_ending_now() -> None:
     history = {1: [point(0, 0), point(60, 8), point(90, 2)]}
-    series = selectors.allocation_series(history, since=T0, now=T0 + timedelta(seconds=120))
+    series = allocation_history.allocation_series(history, since=T0, now=T0 + timedelta(seconds=120))
     assert series is not None and not series.bucketed
     assert [(moment - T0).total_seconds() for moment in series.moments] == [0, 60, 90, 120]
     assert [figures[0] for figures in series.figures[1]] == [0, 8, 2, 2]
@@ -72,11 +72,11 @@ def test_many_samples_are_bucketed_by_the_database_to_the_bound(pai_world: dict[
     AllocationSample.objects.all().delete()
     store(team, [(second, 8.0 if second % 2 == 0 else 0.0) for second in range(3600)])
     now = T0 + timedelta(hours=1)
-    series = selectors.quota_allocation_series(quota_ids=[team.pk], since=T0, now=now)
+    series = allocation_history.quota_allocation_series(quota_ids=[team.pk], since=T0, now=now)
     assert series is not None and series.bucketed
-    assert len(series.moments) == selectors.MAX_POINTS + 1
+    assert len(series.moments) == allocation_history.MAX_POINTS + 1
     assert series.moments[0] == T0 and series.moments[-1] == now
-    assert [figures[0] for figures in series.figures[team.pk][:-1]] == [4.0] * selectors.MAX_POINTS
+    assert [figures[0] for figures in series.figures[team.pk][:-1]] == [4.0] * allocation_history.MAX_POINTS
     assert series.figures[team.pk][-1] == (0.0, 8.0, 0.0)  # where it is now: the last sample's figures
 
 
@@ -93,27 +93,28 @@ def test_the_database_weights_each_figure_by_how_long_it_held(pai_world: dict[st
     store(team, samples)
     store(other, [(-500.0, 5.0)], guaranteed=12.0)
     now = T0 + timedelta(hours=1)
-    series = selectors.quota_allocation_series(quota_ids=[team.pk, other.pk], since=T0, now=now)
+    series = allocation_history.quota_allocation_series(quota_ids=[team.pk, other.pk], since=T0, now=now)
     assert series is not None and series.bucketed
     means = [figures[0] for figures in series.figures[team.pk][:-1]]
-    assert means == pytest.approx(reference_means(samples, since=0, now=3600, buckets=selectors.MAX_POINTS), abs=0.002)
-    assert series.figures[other.pk] == [(5.0, 12.0, 5.0)] * (selectors.MAX_POINTS + 1)
+    buckets = allocation_history.MAX_POINTS
+    assert means == pytest.approx(reference_means(samples, since=0, now=3600, buckets=buckets), abs=0.002)
+    assert series.figures[other.pk] == [(5.0, 12.0, 5.0)] * (allocation_history.MAX_POINTS + 1)
 
 
 def test_no_sample_no_series() -> None:
-    assert selectors.allocation_series({1: []}, since=T0, now=T0 + timedelta(hours=1)) is None
+    assert allocation_history.allocation_series({1: []}, since=T0, now=T0 + timedelta(hours=1)) is None
 
 
 @pytest.mark.parametrize(
     "key, words", [("1h", "the last hour"), ("24h", "the last 24 hours"), ("7d", "the last 7 days")]
 )
 def test_the_range_comes_from_the_url(key: str, words: str) -> None:
-    assert selectors.chart_range(key).words == words
+    assert allocation_history.chart_range(key).words == words
 
 
 @pytest.mark.parametrize("key", [None, "", "2h", "1H", "7d " * 100])
 def test_an_unknown_range_is_the_last_hour(key: str | None) -> None:
-    assert selectors.chart_range(key) == selectors.DEFAULT_RANGE
+    assert allocation_history.chart_range(key) == allocation_history.DEFAULT_RANGE
 
 
 @pytest.mark.django_db
@@ -123,7 +124,7 @@ def test_every_range_returns_a_bounded_number_of_points(pai_world: dict[str, Abs
     points per series at every range, on the Overview and on the Monitoring tab."""
     team = Quota.objects.get(name="Quota1.2")
     now = get_clock().now()
-    span = selectors.chart_range(key).span
+    span = allocation_history.chart_range(key).span
     AllocationSample.objects.bulk_create(
         [
             AllocationSample(
@@ -141,21 +142,21 @@ def test_every_range_returns_a_bounded_number_of_points(pai_world: dict[str, Abs
     page = client.get(f"/quotas/?view=overview&range={key}").content
     area = figure(page, "quota-allocation")
     for trace in area["data"]:
-        assert 2 <= len(trace["x"]) <= selectors.MAX_POINTS + 1
+        assert 2 <= len(trace["x"]) <= allocation_history.MAX_POINTS + 1
         assert len(trace["y"]) == len(trace["x"])
     band = next(trace for trace in area["data"] if trace["name"] == "Quota1.2")
     if key == "1h":  # 180 changes in the hour: every one is drawn, as it was
         assert set(band["y"]) == {0, 1, 2} and len(band["y"]) >= 180
     else:  # 0, 1, 2 in turn, 20 s each: a mean of 1 in every bucket
-        assert band["y"][:-1] == pytest.approx([1.0] * selectors.MAX_POINTS, abs=0.07)
+        assert band["y"][:-1] == pytest.approx([1.0] * allocation_history.MAX_POINTS, abs=0.07)
     first = datetime.fromisoformat(area["data"][0]["x"][0]).replace(tzinfo=UTC)
     assert abs((now - span) - first) < timedelta(seconds=10)  # the page reads the clock a moment later
     assert area["live"]["range_seconds"] == span.total_seconds()
     assert f'aria-current="page" data-range="{key}"'.encode() in page
     monitoring = client.get(f"/quotas/{team.pk}/?tab=monitoring&range={key}", headers={"HX-Request": "true"}).content
     lines = figure(monitoring, "quota-monitoring")["data"]
-    assert all(len(line["x"]) <= selectors.MAX_POINTS + 1 for line in lines)
-    assert f"over {selectors.chart_range(key).words}".encode() in monitoring
+    assert all(len(line["x"]) <= allocation_history.MAX_POINTS + 1 for line in lines)
+    assert f"over {allocation_history.chart_range(key).words}".encode() in monitoring
 
 
 @pytest.mark.django_db
@@ -164,7 +165,7 @@ def test_the_live_block_says_what_the_script_extends(pai_world: dict[str, Abstra
     page = client.get("/quotas/?view=overview&range=not-a-range").content
     assert b"Allocation over the last hour" in page
     live = figure(page, "quota-allocation")["live"]
-    assert live["kind"] == "stacked" and live["max_points"] == selectors.LIVE_MAX_POINTS
+    assert live["kind"] == "stacked" and live["max_points"] == allocation_history.LIVE_MAX_POINTS
     root, first, second = quota_id("Quota1"), quota_id("Quota1.1"), quota_id("Quota1.2")
     assert live["bands"] == [[[second, 1]], [[first, 1]], [[root, 1], [first, -1], [second, -1]]]
     assert live["quotas"] == {str(root): [24, 32], str(first): [24, 12], str(second): [0, 20]}

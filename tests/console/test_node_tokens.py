@@ -13,10 +13,10 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from console.node_views import seconds_ago
 from quotas import services as quota_services
 from quotas.models import AuditRecord, Node, NodeAgent
 from quotas.node_agents import agent_for_token, issue_node_token
+from scheduling.node_views import seconds_ago
 from workspaces import services as workspace_services
 from workspaces.models import Workspace
 

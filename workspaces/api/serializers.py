@@ -7,10 +7,10 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
-from console.json_types import JsonTypedMixin
 from quotas import bounds
 from quotas.api.serializers import text, within
 from quotas.models import Quota
+from utilities.json_types import JsonTypedMixin
 from workspaces.models import CustomRole, Membership, Workspace
 
 

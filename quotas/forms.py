@@ -1,6 +1,7 @@
-"""Forms of the Resource Quotas page's actions. They check shape only (a number, within the bounds
-of quotas/bounds.py); the tree's rules (room in the parent, in the pool) are the service's, whose
-refusals the page kit puts beside the same fields."""
+"""Forms of the Resource Quotas page's actions (the pages are scheduling's, scheduling/quota_views.py,
+since they show jobs). They check shape only (a number, within the bounds of quotas/bounds.py); the
+tree's rules (room in the parent, in the pool) are the service's, whose refusals the page kit puts
+beside the same fields."""
 
 from __future__ import annotations
 

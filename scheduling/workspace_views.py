@@ -1,8 +1,8 @@
 """The workspace tabs that read jobs: a member's removal, a member's role change and a quota's
 unbinding (each with a preview first), the Quotas tab and the Usage tab.
 
-They live in the console because they compose apps: the writes are the workspaces services',
-the jobs and the usage come from scheduling (imports point one way, docs/console.md).
+They live in scheduling, not workspaces, because they compose apps: the writes are the workspaces
+services', the jobs and the usage come from scheduling (imports point one way, docs/console.md).
 Who: a workspace the user may not see is a 404; members read the tabs; workspace admins (and
 platform admins) remove members; platform admins alone bind and unbind; anyone else gets a 403
 with the reason.

@@ -2,7 +2,7 @@
 
 Preview calls the service's `preview_…` function and shows, in numbers, what would move;
 Confirm calls the service itself: both run the same change (see quotas/services/preview.py).
-One template (`console/kit/action.html`) and one helper (`run_preview_action`) serve every
+One template (`kit/action.html`) and one helper (`run_preview_action`) serve every
 action form: as a dialog when htmx is there (the partial is swapped into the page's
 `<dialog>`), and as a plain page without JavaScript (the same partial inside the base layout).
 Errors from the form or from the service land beside their field.
@@ -24,7 +24,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django_htmx.http import HttpResponseClientRedirect
 
-from quotas.services import DryRunResult, error_messages
+from utilities.validation import error_messages
 
 PREVIEW = "preview"
 CONFIRM = "confirm"
@@ -57,6 +57,15 @@ class PreviewSummary(TypedDict):
     admissions: list[dict[str, Any]]
 
 
+class PreviewAnswer(TypedDict):
+    """What a service's `preview_…` answers (quotas.services.DryRunResult has these keys); the kit
+    reads `valid` and `errors` and hands the answer to the action's `summarise`."""
+
+    valid: bool
+    errors: dict[str, list[str]]
+    preview: Any
+
+
 # cleaned form data → `{valid, errors, preview}`: a DryRunResult, or the same keys from a service
 # of another app (cancelling a job), which may also raise ValidationError instead of answering invalid.
 Preview = Callable[[Mapping[str, Any]], Any]
@@ -75,7 +84,8 @@ class PreviewAction:
     form: forms.Form
     preview: Preview
     apply: Apply
-    summarise: Callable[[DryRunResult], PreviewSummary]
+    # Takes the preview's answer (a DryRunResult where the service is the quotas').
+    summarise: Callable[[Any], PreviewSummary]
     done_message: Callable[[Mapping[str, Any]], str]
     intro: str = ""
     confirm_label: str = "Confirm"
@@ -120,7 +130,7 @@ def run_preview_action(request: HttpRequest, action: PreviewAction) -> HttpRespo
                 return HttpResponseRedirect(action.done_url)
         else:
             try:
-                result: DryRunResult = action.preview(cleaned)
+                result: PreviewAnswer = action.preview(cleaned)
             except ValidationError as refused:
                 _attach_errors(action, error_messages(refused))
             else:
@@ -130,6 +140,6 @@ def run_preview_action(request: HttpRequest, action: PreviewAction) -> HttpRespo
                 else:
                     _attach_errors(action, result["errors"])
     context = {"action": action, "form": action.form, "summary": summary, "previewed": previewed}
-    template = "console/kit/action.html" if getattr(request, "htmx", False) else "console/kit/action_page.html"
+    template = "kit/action.html" if getattr(request, "htmx", False) else "kit/action_page.html"
     # Errors answer 200: htmx swaps only successful answers, and the form with its errors is the answer.
     return render(request, template, context)

@@ -1,7 +1,8 @@
 """The Resource Quotas page, the Quota page and the quota actions (through the page kit).
 
-They live in the console because they compose apps: the tree comes from quotas, the jobs that
-a smaller guarantee exposes from scheduling, the bound workspaces from workspaces; the lower
+They live in scheduling, not quotas, because they compose apps: the tree comes from quotas, the
+jobs that a smaller guarantee exposes and the allocation charts from scheduling, the bound
+workspaces from workspaces, the utilisation chart from telemetry (through page_figures); the lower
 apps never import upwards (docs/console.md).
 """
 
@@ -21,15 +22,15 @@ from django.template import engines
 from django.urls import reverse
 from django.utils.safestring import mark_safe
 
-from console import node_views, quota_forms
-from console import selectors as console_selectors
-from console.pagekit import PreviewAction, PreviewSummary, Reclaimable, ShareMove, run_preview_action
 from quotas import bounds, selectors, services
+from quotas import forms as quota_forms
 from quotas.models import Quota
 from quotas.services import DryRunResult
+from scheduling import allocation_history, node_views, page_figures, quota_charts
 from scheduling import selectors as scheduling_selectors
 from scheduling.clock import get_clock
 from scheduling.models import ACTIVE_STATES, Job, JobState
+from utilities.pagekit import PreviewAction, PreviewSummary, Reclaimable, ShareMove, run_preview_action
 from workspaces import selectors as workspace_selectors
 from workspaces.permissions import restrict
 
@@ -157,15 +158,15 @@ def resource_quotas(request: HttpRequest) -> HttpResponse:
         "view": view,
         "views": QUOTA_VIEWS,
         "may_change": _is_platform_admin(request),
-        # /quotas/: each row's links are this, its id and the action (console/urls.py).
+        # /quotas/: each row's links are this, its id and the action (scheduling/urls.py).
         "quota_base": reverse("resource-quotas"),
     }
     if view == "overview":
-        span = console_selectors.chart_range(request.GET.get("range"))
+        span = allocation_history.chart_range(request.GET.get("range"))
         context.update(
             rows=rows,
-            overview=console_selectors.quota_overview(rows=rows, now=get_clock().now(), span=span),
-            ranges=console_selectors.CHART_RANGES,
+            overview=quota_charts.quota_overview(rows=rows, now=get_clock().now(), span=span),
+            ranges=allocation_history.CHART_RANGES,
         )
     else:
         query = request.GET.get("q", "").strip()
@@ -177,7 +178,7 @@ def resource_quotas(request: HttpRequest) -> HttpResponse:
         shown = [{**row, "yours": yours.get(row["quota"].pk)} for row in rows]
         tree_rows = (
             engines["jinja2"]
-            .get_template("console/quotas/tree_rows.html")
+            .get_template("scheduling/quotas/tree_rows.html")
             .render(
                 {
                     "rows": shown,
@@ -189,7 +190,7 @@ def resource_quotas(request: HttpRequest) -> HttpResponse:
         )
         # Jinja2 escaped every value as it rendered (autoescape is on in Django's backend).
         context.update(rows=shown, query=query, tree_rows=mark_safe(tree_rows))
-    return render(request, "console/quotas/resource_quotas.html", context)
+    return render(request, "scheduling/quotas/resource_quotas.html", context)
 
 
 def _visible_live_counts(request: HttpRequest, rows: list[Any]) -> dict[int, dict[str, int]]:
@@ -248,21 +249,22 @@ def quota_detail(request: HttpRequest, quota_id: int) -> HttpResponse:
     elif tab == "nodes":
         context.update(node_views.quota_nodes_context(request, quota))
     elif tab == "monitoring":
-        span = console_selectors.chart_range(request.GET.get("range"))
+        span = allocation_history.chart_range(request.GET.get("range"))
         context.update(
-            allocation=console_selectors.quota_monitoring(quota_id=quota.pk, now=get_clock().now(), span=span),
-            utilisation=console_selectors.quota_utilisation(
+            allocation=quota_charts.quota_monitoring(quota_id=quota.pk, now=get_clock().now(), span=span),
+            utilisation=page_figures.quota_utilisation(
                 quota_ids=selectors.subtree_ids(quota=quota), now=get_clock().now(), span=span
             ),
             span=span,
-            ranges=console_selectors.CHART_RANGES,
+            ranges=allocation_history.CHART_RANGES,
         )
     elif _is_platform_admin(request):
         context["records"] = selectors.quota_audit(quota=quota)
     else:
         # The audit log is the platform admins' (as in the API); others are told so.
         context["records"] = None
-    template = f"console/quotas/tab_{tab}.html" if getattr(request, "htmx", False) else "console/quotas/quota.html"
+    partial = getattr(request, "htmx", False)
+    template = f"scheduling/quotas/tab_{tab}.html" if partial else "scheduling/quotas/quota.html"
     return render(request, template, context)
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from django import forms
 
-from console.quota_forms import _amount_field, _AmountsForm
 from quotas import bounds
+from quotas.forms import _amount_field, _AmountsForm
 from quotas.models import Node, NodeAgent, NodeExecutor
 
 
