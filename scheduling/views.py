@@ -41,6 +41,9 @@ from workspaces.permissions import (
 )
 
 JOBS_PER_PAGE = 50
+# Workspace topics the Jobs list follows at most: with a page's job topics, well inside a socket's
+# LIVE_MAX_SUBSCRIPTIONS (250).
+WATCHED_WORKSPACES = 100
 NO_WORKSPACE = (
     "You may not submit jobs: you are not a member of a workspace, and no workspace's Scheduling "
     "Configurations authorize you."
@@ -286,10 +289,19 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
     page.object_list = list(page.object_list)
     mentions.show_reasons_to(request.user, page.object_list)
     kept = {key: value for key, value in request.GET.items() if key != "page" and value}
+    chosen_workspace = filters.cleaned_data.get("workspace") if filters.is_bound and filters.is_valid() else None
+    followed = (
+        [chosen_workspace.pk]
+        if chosen_workspace
+        else list(workspaces.values_list("pk", flat=True)[:WATCHED_WORKSPACES])
+    )
     context = {
         "page": page,
         "filters": filters,
         "kept": urlencode(kept),
+        # A job submitted or changed in these workspaces refreshes the rows while the socket is
+        # live (its timed poll is skipped then), so a new job shows without a reload (docs/live.md).
+        "workspace_topics": " ".join(f"workspace:{pk}" for pk in followed),
         "may_submit": submittable_workspaces(request.user).exists(),
     }
     template = "scheduling/partials/job_rows.html" if request.GET.get("part") == "rows" else "scheduling/job_list.html"
