@@ -127,6 +127,8 @@ class NodeRow:
     agent: NodeAgent | None = None
     # "12 s ago" since the agent's last beat; empty when none came yet.
     heartbeat: str = ""
+    # "5 min ago" since its agent last missed a start (AGENT_START_BEATS); empty while it takes them up.
+    start_missed: str = ""
 
     @property
     def jobs(self) -> list[str]:
@@ -157,8 +159,9 @@ def node_rows(
                 GpuCell(index, by_device.get((node.pk, index), []), latest.get((node.pk, index)))
                 for index in range(node.gpus)
             ],
-            agent=_agent_of(node),
+            agent=(agent := _agent_of(node)),
             heartbeat=seconds_ago(node.last_heartbeat, now) if node.last_heartbeat else "",
+            start_missed=seconds_ago(agent.start_missed_at, now) if agent and agent.start_missed_at else "",
         )
         for node in nodes
     ]
