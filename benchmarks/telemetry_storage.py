@@ -46,7 +46,7 @@ from quotas.models import Node, Quota, ResourcePool  # noqa: E402
 from scheduling import bulk  # noqa: E402
 from scheduling.clock import SimulatedClock, use_clock  # noqa: E402
 from scheduling.models import Job, JobState, ReplicaPlacementRecord  # noqa: E402
-from telemetry import charts, selectors, services  # noqa: E402
+from telemetry import charts, retention, selectors, services  # noqa: E402
 from telemetry.models import GpuSample, Resolution  # noqa: E402
 from workspaces.models import Workspace  # noqa: E402
 
@@ -145,7 +145,7 @@ def run(arguments: argparse.Namespace) -> None:
             clock.advance(arguments.every)
             if (tick + 1) % int(60 / arguments.every) == 0:
                 started = time.perf_counter()
-                services.downsample_and_prune(now=clock.now())
+                retention.downsample_and_prune(now=clock.now())
                 downsample_ms.append((time.perf_counter() - started) * 1000)
             if arguments.progress and tick % 720 == 0:
                 print(f"  {tick / 720:.0f} h simulated, {time.perf_counter() - wall:.0f} s", flush=True)

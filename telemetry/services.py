@@ -1,5 +1,5 @@
-"""Writes of per-GPU telemetry: record samples (the node agent and the simulated sampler),
-downsample them and prune them.
+"""Writes of per-GPU telemetry: record samples (the node agent and the simulated sampler). Their
+downsampling and pruning are retention.py's.
 
 Samples are measurements, not anyone's decision: they carry no audit record (as the cycle's
 AllocationSample does not). Every write is a bulk insert or a ranged delete.
@@ -19,14 +19,12 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, close_old_connections, reset_queries, transaction
-from django.db.models import Avg, Max
-from django.db.models.functions import TruncHour, TruncMinute
 
 from quotas.models import Node
 from scheduling import bulk
@@ -41,10 +39,6 @@ logger = logging.getLogger(__name__)
 MAX_MEMORY_MIB: Final = 1_048_576
 # A report stamped this far ahead of the server's clock is refused (clocks drift a little).
 MAX_CLOCK_AHEAD: Final = timedelta(seconds=60)
-# The downsampling leaves a bucket alone until this long after it ends: a heartbeat a few
-# seconds late still lands in the average.
-SETTLE: Final = timedelta(seconds=15)
-
 _COLUMNS: Final = (
     "node_id", "gpu", "job_id", "resolution", "at", "utilisation", "memory_used_mib", "memory_total_mib",
 )  # fmt: skip
@@ -381,78 +375,3 @@ def record_simulated_samples(*, at: datetime | None = None) -> int:
     """One sample of every simulated node's GPUs (the beat task, every TELEMETRY_SAMPLE_SECONDS)."""
     moment = at or get_clock().now()
     return _record(simulated_readings(at=moment), at=moment)
-
-
-# ---------------------------------------------------------------------------------------------
-# Retention: raw -> 1-minute -> 1-hour averages, then pruning (docs/telemetry.md)
-# ---------------------------------------------------------------------------------------------
-
-_TRUNCATE = {Resolution.MINUTE: TruncMinute, Resolution.HOUR: TruncHour}
-# Each statement averages at most this many buckets, so a backlog (beat stopped for a day) is
-# caught up in bounded pieces rather than in one read of millions of rows.
-_BUCKETS_PER_STATEMENT: Final = 60
-
-
-def _floor(moment: datetime, seconds: int) -> datetime:
-    epoch = moment.timestamp()
-    return datetime.fromtimestamp(epoch - epoch % seconds, tz=UTC)
-
-
-def _downsample_level(source: int, target: int, *, now: datetime) -> int:
-    """Average the `source` rows of every whole `target` bucket not averaged yet, per node, GPU
-    and job (a GPU that changed hands within a minute gives each job its own average)."""
-    width = timedelta(seconds=target)
-    end = _floor(now - SETTLE, target)
-    last = selectors.level_edge(target, newest=True)
-    if last is not None:
-        start = last + width
-    else:
-        first = selectors.level_edge(source, newest=False)
-        if first is None:
-            return 0
-        start = _floor(first, target)
-    written = 0
-    truncate = _TRUNCATE[Resolution(target)]
-    while start < end:
-        stop = min(end, start + width * _BUCKETS_PER_STATEMENT)
-        averaged = (
-            GpuSample.objects.filter(resolution=source, at__gte=start, at__lt=stop)
-            .annotate(bucket=truncate("at", tzinfo=UTC))
-            .values("bucket", "node_id", "gpu", "job_id")
-            .annotate(busy=Avg("utilisation"), used=Avg("memory_used_mib"), total=Max("memory_total_mib"))
-            .order_by("bucket", "node_id", "gpu", "job_id")
-            .values_list("node_id", "gpu", "job_id", "bucket", "busy", "used", "total")
-        )
-        rows = [
-            (node_id, gpu, job_id, target, bucket, round(busy, 1), round(used), total)
-            for node_id, gpu, job_id, bucket, busy, used, total in averaged
-        ]
-        bulk.insert(GpuSample, _COLUMNS, rows)
-        written += len(rows)
-        start = stop
-    return written
-
-
-def downsample(*, now: datetime) -> dict[int, int]:
-    """Raw samples into 1-minute averages, those into 1-hour ones; rows written per level."""
-    with transaction.atomic():
-        minutes = _downsample_level(Resolution.RAW, Resolution.MINUTE, now=now)
-    with transaction.atomic():
-        hours = _downsample_level(Resolution.MINUTE, Resolution.HOUR, now=now)
-    return {Resolution.MINUTE: minutes, Resolution.HOUR: hours}
-
-
-def prune(*, now: datetime) -> dict[int, int]:
-    """Drop each level's rows older than its retention; rows deleted per level. One ranged DELETE
-    per level (GpuSample has no signals or dependants, so Django deletes without fetching)."""
-    deleted = {}
-    for level, kept in selectors.retention().items():
-        count, _ = GpuSample.objects.filter(resolution=level, at__lt=now - kept).delete()
-        deleted[int(level)] = count
-    return deleted
-
-
-def downsample_and_prune(*, now: datetime | None = None) -> dict[str, dict[int, int]]:
-    """The beat task's work: average first, so that nothing is pruned before it is averaged."""
-    moment = now or get_clock().now()
-    return {"downsampled": downsample(now=moment), "pruned": prune(now=moment)}

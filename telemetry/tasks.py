@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from telemetry import services
+from telemetry import retention, services
 
 
 @shared_task(name="telemetry.tasks.sample_simulated_gpus", ignore_result=True)
@@ -15,4 +15,4 @@ def sample_simulated_gpus() -> int:
 
 @shared_task(name="telemetry.tasks.downsample_and_prune", ignore_result=True)
 def downsample_and_prune() -> dict[str, dict[int, int]]:
-    return services.downsample_and_prune()
+    return retention.downsample_and_prune()

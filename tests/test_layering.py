@@ -41,9 +41,6 @@ LINE_CAP_EXCEPTIONS: dict[str, str] = {
     "scheduling/agent_services.py": "issue 27 in progress",
     # The Slurm executor landed as this test did, and its author is still at it.
     "slurm/executor.py": "Slurm executor in progress",
-    # Split right after the move of the pages (issue 28).
-    "telemetry/services.py": "split next",
-    "workspaces/services.py": "split next",
 }
 
 

@@ -136,6 +136,13 @@ def denial_reason(user: User | None, action: str, obj: Model) -> str:
     return f"Only the owner, operators and admins of {workspace.name} may manage {described}."
 
 
+def require(actor: User | None, action: str, workspace: Workspace) -> None:
+    """A write's check: `actor=None` is the system (a scenario, a management command); anyone else
+    needs `action` on the workspace, or is refused with the reason."""
+    if actor is not None and not can(actor, action, workspace):
+        raise PermissionDenied(denial_reason(actor, action, workspace))
+
+
 def check_submission(
     *,
     user: User,

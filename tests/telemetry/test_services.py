@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from telemetry import selectors, services, synthetic, tasks
+from telemetry import retention, selectors, services, synthetic, tasks
 from telemetry.models import GpuSample, Resolution
 from telemetry.services import GpuReading
 
@@ -204,7 +204,7 @@ def test_retention_follows_the_settings(cluster: dict[str, Any], settings: Any) 
     settings.TELEMETRY_RAW_RETENTION_HOURS = 0.5
     sample_for(cluster, start=T0, seconds=60)
     with time_machine.travel(T0 + timedelta(minutes=40), tick=False):
-        pruned = services.downsample_and_prune()["pruned"]
+        pruned = retention.downsample_and_prune()["pruned"]
     assert pruned[Resolution.RAW] == 16 * 12
     assert GpuSample.objects.filter(resolution=Resolution.MINUTE).count() == 16
     assert selectors.resolution_for(timedelta(minutes=20)) == Resolution.RAW
@@ -220,7 +220,7 @@ def test_a_job_changing_gpus_within_a_minute_gets_its_own_average(cluster: dict[
             services.record_gpu_samples(node, [reading(5, job_id=job.pk, utilisation=90.0 if step < 6 else 10.0)])
             traveller.shift(timedelta(seconds=5))
     with time_machine.travel(T0 + timedelta(minutes=2), tick=False):
-        services.downsample_and_prune()
+        retention.downsample_and_prune()
     averages = dict(GpuSample.objects.filter(resolution=Resolution.MINUTE).values_list("job_id", "utilisation"))
     assert averages == {train.pk: 90.0, notebook.pk: 10.0}
 
