@@ -42,11 +42,16 @@ class _AmountsForm(forms.Form):
                     messages[0] = f"{str(messages[0]).rstrip('.')}, got {raw}."
 
 
+# The weight defaults to the guarantee (SCHEDULING.md), so a guarantee of 0 with no weight is
+# weight 0: Run:ai's "Lowest". Said where a person sets the guarantee, since 0 is allowed.
+NO_GUARANTEE = "0 is allowed: with no guarantee and no weight this quota only gets GPUs that nobody else wants."
+
+
 class QuotaSettingsForm(_AmountsForm):
     """The settings of New quota, New child quota and Edit (Edit leaves the guarantee to Scale)."""
 
     name = forms.CharField(label="Name", max_length=bounds.NAME_MAX_LENGTH)
-    gpus = _amount_field("Guaranteed GPUs", maximum=bounds.QUOTA_GPUS_MAX)
+    gpus = _amount_field("Guaranteed GPUs", maximum=bounds.QUOTA_GPUS_MAX, help_text=NO_GUARANTEE)
     limit = _amount_field(
         "GPU limit", maximum=bounds.QUOTA_GPUS_MAX, required=False, help_text="Empty: no limit beyond the pool."
     )
@@ -74,7 +79,7 @@ class EditQuotaForm(QuotaSettingsForm):
 
 
 class ScaleForm(_AmountsForm):
-    gpus = _amount_field("New guaranteed GPUs", maximum=bounds.QUOTA_GPUS_MAX)
+    gpus = _amount_field("New guaranteed GPUs", maximum=bounds.QUOTA_GPUS_MAX, help_text=NO_GUARANTEE)
 
 
 class TransferForm(_AmountsForm):
