@@ -285,7 +285,8 @@ def follow(slurm: SlurmClient, seen: Sequence[SlurmJob], now: datetime) -> int:
     changed = 0
     lines_by_job: dict[int, list[str]] = defaultdict(list)
     truncated: set[int] = set()
-    ended: dict[int, list[_Outcome]] = defaultdict(list)
+    # Slurm's reason for each row that ended in this sync (the row keeps the state and code).
+    reasons: dict[int, str] = {}
     for row in rows:
         found = by_id.get(row.slurm_id) if row.slurm_id is not None else by_name.get(row.name)
         if row.slurm_id is None:
@@ -307,7 +308,7 @@ def follow(slurm: SlurmClient, seen: Sequence[SlurmJob], now: datetime) -> int:
         if SlurmJobRow.objects.filter(pk=row.pk, ended_at__isnull=True).update(
             state=outcome.state, exit_code=outcome.exit_code, ended_at=now
         ):
-            ended[row.job_id].append(outcome)
+            reasons[row.pk] = outcome.reason
             if row.state != "RUNNING" and outcome.state in ("COMPLETED", "FAILED"):
                 # It ran and ended between two syncs: its start is told now (Slurm no longer
                 # says which devices it had).
@@ -321,14 +322,16 @@ def follow(slurm: SlurmClient, seen: Sequence[SlurmJob], now: datetime) -> int:
         with transaction.atomic():
             _append_logs(lines_by_job, truncated, now)
     changed += _stop_unwanted(slurm, now)
-    changed += _settle(ended, now)
+    changed += _settle(reasons, now)
     return changed
 
 
 def _running(row: SlurmJobRow, found: SlurmJob, now: datetime) -> int:
     """A live Slurm job: once it runs, record the devices Slurm bound and the start."""
     if found.state != "RUNNING" or row.state == "RUNNING":
-        if found.state != row.state:
+        # Once RUNNING, the row stays so until the end (COMPLETING, SUSPENDED are not kept): it
+        # says that the start was told.
+        if found.state != row.state and row.state != "RUNNING":
             SlurmJobRow.objects.filter(pk=row.pk).update(state=found.state)
         return 0
     devices = list(found.gpu_indices)
@@ -416,36 +419,51 @@ def _stop_unwanted(slurm: SlurmClient, now: datetime) -> int:
     return len(terminate) + len(kill)
 
 
-def _settle(ended: Mapping[int, list[_Outcome]], now: datetime) -> int:
+def _settle(reasons: Mapping[int, str], now: datetime) -> int:
     """Console jobs whose Slurm jobs ended: a running job fails at its first replica that failed
     (or whose Slurm job was cancelled or lost outside the console), goes back to the queue when a
     node failed under it, and succeeds once every replica exited 0; a releasing job lets go of its
-    GPUs once none of its Slurm jobs is left."""
+    GPUs once none of its Slurm jobs is left.
+
+    Read from the rows rather than from this sync's news, so that an end recorded by a sync that
+    stopped before settling it is settled by the next. Only the rows of replicas still placed
+    count: the rows of an earlier run of a requeued job ended with that run."""
     releasing = set(
         Job.objects.filter(state=JobState.RELEASING, placements__node__executor=NodeExecutor.SLURM).values_list(
             "pk", flat=True
         )
     )
-    touched = set(ended) | releasing
+    ended_rows = list(
+        SlurmJobRow.objects.filter(ended_at__isnull=False, job__state=JobState.RUNNING)
+        .order_by("id")
+        .values_list("pk", "job_id", "replica", "rank", "slurm_id", "state", "exit_code")
+    )
+    placed = (
+        set(
+            ReplicaPlacementRecord.objects.filter(job_id__in={row[1] for row in ended_rows}).values_list(
+                "pk", flat=True
+            )
+        )
+        if ended_rows
+        else set()
+    )
+    outcomes: dict[int, list[_Outcome]] = defaultdict(list)
+    for pk, job_id, replica, rank, slurm_id, slurm_state, exit_code in ended_rows:
+        if replica in placed:
+            outcomes[job_id].append(_Outcome(rank, slurm_id, slurm_state, exit_code, reasons.get(pk, "")))
+    touched = set(outcomes) | releasing
     if not touched:
         return 0
     still_open = set(
         SlurmJobRow.objects.filter(job_id__in=touched, ended_at__isnull=True).values_list("job_id", flat=True)
     )
-    rows_of: dict[int, int] = defaultdict(int)
-    for job_id in SlurmJobRow.objects.filter(job_id__in=touched).values_list("job_id", flat=True):
-        rows_of[job_id] += 1
     changed = 0
     for job in Job.objects.filter(pk__in=touched).select_related("quota"):
-        outcomes = ended.get(job.pk, [])
         if job.state == JobState.RELEASING:
-            if job.pk in still_open:
-                continue
-            changed += _release(job, now)
-            continue
-        if job.state != JobState.RUNNING or not outcomes:
-            continue
-        changed += _end_running(job, outcomes, all_done=job.pk not in still_open, now=now)
+            if job.pk not in still_open:
+                changed += _release(job, now)
+        elif job.state == JobState.RUNNING and outcomes.get(job.pk):
+            changed += _end_running(job, outcomes[job.pk], all_done=job.pk not in still_open, now=now)
     return changed
 
 
