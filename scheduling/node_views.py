@@ -22,13 +22,11 @@ from django.utils import timezone
 
 from quotas import bounds, selectors
 from quotas.models import Node, NodeAgent, NodeState, Quota
-from scheduling import page_figures
+from scheduling import mentions, page_figures
 from scheduling import selectors as scheduling_selectors
 from scheduling.clock import get_clock
-from scheduling.models import HOLDING_STATES, Job
 from scheduling.page_figures import GpuReading
 from scheduling.selectors import GpuHolder
-from workspaces.permissions import restrict
 
 NodeAction = Callable[..., HttpResponse]
 
@@ -196,11 +194,7 @@ def quota_nodes_context(request: HttpRequest, quota: Quota) -> dict[str, Any]:
     """
     subtree = selectors.subtree_ids(quota=quota)
     holders = scheduling_selectors.gpu_holders(quota_ids=subtree)
-    visible = set(
-        restrict(Job.objects.filter(quota_id__in=subtree, state__in=HOLDING_STATES), request.user, "view").values_list(
-            "pk", flat=True
-        )
-    )
+    visible = mentions.visible_job_pks(request.user, {holder["job_id"] for holder in holders})
     by_node: dict[str, list[GpuHolder]] = defaultdict(list)
     for holder in holders:
         if holder["job_id"] not in visible:

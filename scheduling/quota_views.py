@@ -26,7 +26,7 @@ from quotas import bounds, selectors, services
 from quotas import forms as quota_forms
 from quotas.models import Quota
 from quotas.services import DryRunResult
-from scheduling import allocation_history, node_views, page_figures, quota_charts
+from scheduling import allocation_history, mentions, node_views, page_figures, quota_charts
 from scheduling import selectors as scheduling_selectors
 from scheduling.clock import get_clock
 from scheduling.models import ACTIVE_STATES, Job, JobState
@@ -243,9 +243,13 @@ def quota_detail(request: HttpRequest, quota_id: int) -> HttpResponse:
         # pending first, by queue position.
         live = Job.objects.filter(quota_id__in=selectors.subtree_ids(quota=quota), state__in=ACTIVE_STATES)
         jobs = restrict(scheduling_selectors.job_list(queryset=live), request.user, "view")
-        context["page"] = Paginator(jobs.order_by("state", "position", "submitted_at", "id"), JOBS_PER_PAGE).get_page(
+        page = Paginator(jobs.order_by("state", "position", "submitted_at", "id"), JOBS_PER_PAGE).get_page(
             request.GET.get("page")
         )
+        # A waiting job's reason may name the job it waits behind: as this user may see it.
+        page.object_list = list(page.object_list)
+        mentions.show_reasons_to(request.user, page.object_list)
+        context["page"] = page
     elif tab == "nodes":
         context.update(node_views.quota_nodes_context(request, quota))
     elif tab == "monitoring":

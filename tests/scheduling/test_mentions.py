@@ -259,7 +259,8 @@ def test_a_reason_names_the_foreign_job_it_waits_behind_by_quota_and_workspace(
 
     page = Client()
     page.force_login(behind_a_foreign_job["dana"])
-    for url in (f"/jobs/{small.pk}/", f"/jobs/{small.pk}/?part=live", "/jobs/"):
+    team_b = cluster.quotas["team-b"].pk
+    for url in (f"/jobs/{small.pk}/", f"/jobs/{small.pk}/?part=live", "/jobs/", f"/quotas/{team_b}/?tab=jobs"):
         html = page.get(url).content.decode()
         assert "waits behind 16 GPUs of team-b (lab-c)" in html, url
         assert f"waits behind {big.pk}," not in html, url
