@@ -14,6 +14,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from console import health, selectors, services
+from workspaces.permissions import submittable_workspaces
 
 
 @never_cache
@@ -41,6 +42,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     context: dict[str, object] = (
         {"cluster": selectors.cluster_figures()} if user.is_superuser else {"mine": selectors.member_figures(user)}
     )
+    # Submit job for anyone whose roles let them submit somewhere (the Jobs page asks the same).
+    context["may_submit"] = submittable_workspaces(user).exists()
     return render(request, "console/dashboard.html", context)
 
 

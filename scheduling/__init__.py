@@ -1,7 +1,8 @@
 """Jobs and their scheduling. Imports point down this list, never up (tests/scheduling/test_layering.py):
 
 - `engine/`: the scheduler itself, plain Python; it imports only itself and the standard library.
-- `models`, `clock`, `lock`, `bulk`, `beat`, `history`, `gc_pauses`: data and infrastructure.
+- `models`, `clock`, `lock`, `bulk`, `beat`, `history`, `gc_pauses`: data and infrastructure;
+  `job_environment`: the rules of a job's environment and image (plain Python, over quotas.bounds).
 - `lifecycle`: a job's state transitions. `selectors`, `estimates`, `usage`, `agent_selectors`: reads,
   shared by pages, API and consumers; `snapshot` (the cycle's), `quota_figures`, `metrics_reads`,
   `holders`, `invariants`, `estimate_base` (the estimate's snapshot): reads split out of `selectors`,

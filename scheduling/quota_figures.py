@@ -4,8 +4,9 @@ from aggregates."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 
-from django.db.models import Count, Sum
+from django.db.models import Count, F, Sum
 
 from quotas.hooks import QuotaStatus as QuotaStatusFigures
 from quotas.models import Node, NodeState
@@ -14,6 +15,17 @@ from scheduling.engine import fairshare
 from scheduling.engine import types as engine_types
 from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, JobState, ReplicaPlacementRecord
 from scheduling.snapshot import engine_quotas, raw_rows, stored_devices
+
+
+def asked_gpus(*, quota_ids: Collection[int]) -> float:
+    """What the live jobs of these quotas ask, replicas × GPUs: the demand that caps a fair share
+    (engine.fairshare's request; above 1 GPU a replica asks whole GPUs, so no rounding is lost)."""
+    asked = (
+        Job.objects.filter(quota_id__in=quota_ids, state__in=ACTIVE_STATES)
+        .aggregate(asked=Sum(F("gpus") * F("replicas")))
+        .get("asked")
+    )
+    return float(asked or 0.0)
 
 
 def quota_status_figures(snapshot: engine.Snapshot) -> dict[str, QuotaStatusFigures]:

@@ -235,6 +235,7 @@ def quota_detail(request: HttpRequest, quota_id: int) -> HttpResponse:
         context.update(
             status=status,
             idle_share=status["fair_share"] - quota.gpus,
+            asked=scheduling_selectors.asked_gpus(quota_ids=selectors.subtree_ids(quota=quota)),
             children=list(selectors.visible_quotas(request.user).filter(parent=quota).order_by("id")),
             workspaces=workspace_selectors.bound_workspace_names(quota=quota),
         )

@@ -30,7 +30,7 @@ from scheduling.metrics_reads import (
     metrics_figures,
 )
 from scheduling.models import ACTIVE_STATES, CycleRecord, Job, JobEvent, JobState
-from scheduling.quota_figures import quota_status_figures, quota_status_summary
+from scheduling.quota_figures import asked_gpus, quota_status_figures, quota_status_summary
 from scheduling.snapshot import JobSeen, SnapshotIndex, build_snapshot, held_devices, job_key
 from workspaces.permissions import usable_quotas
 
@@ -165,6 +165,7 @@ __all__ = [
     "SnapshotIndex",
     "allocated_gpus_total",
     "allocation_history",
+    "asked_gpus",
     "build_snapshot",
     "estimate_snapshot",
     "first_cycle_since",

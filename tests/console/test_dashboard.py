@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import AbstractUser, User
@@ -90,3 +91,24 @@ def test_the_query_count_does_not_grow_with_the_cluster(pai_world: dict[str, Abs
     assert after == before
     if role == "developer":
         assert 'data-quota="Extra2"' in body
+
+
+@pytest.mark.parametrize(
+    ("role", "offered"),
+    [("platform-admin", True), ("workspace-admin", True), ("developer", True), ("visitor", False), ("outsider", False)],
+)
+def test_submit_job_is_on_the_dashboard_for_whoever_may_submit_somewhere(
+    pai_world: dict[str, AbstractUser], make_user: Any, role: str, offered: bool
+) -> None:
+    if role == "visitor":
+        pai_world["visitor"] = make_user("victor")
+        workspace = Workspace.objects.get(name="workspace-b")
+        workspace_services.add_member(actor=None, workspace=workspace, user=pai_world["visitor"], role="visitor")
+    body, _ = page_of(pai_world[role])
+    button = '<a class="button" href="/jobs/new/">Submit job</a>'
+    assert (button in body) is offered
+    user = pai_world[role]
+    assert isinstance(user, User)
+    jobs_page = Client()
+    jobs_page.force_login(user)
+    assert (button in jobs_page.get("/jobs/").content.decode()) is offered  # the Jobs page asks the same

@@ -22,7 +22,10 @@ PACKAGE = ROOT / "scheduling"
 # Lowest first. A module may import modules of its own layer or of a layer below it.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("engine", frozenset({"engine"})),
-    ("infrastructure", frozenset({"models", "migrations", "clock", "lock", "bulk", "beat", "history", "gc_pauses"})),
+    (
+        "infrastructure",
+        frozenset({"models", "migrations", "clock", "lock", "bulk", "beat", "history", "gc_pauses", "job_environment"}),
+    ),
     ("lifecycle", frozenset({"lifecycle"})),
     (
         "reads",
