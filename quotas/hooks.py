@@ -38,6 +38,8 @@ PreviewProvider = Callable[[], Preview]
 # A guard answers why the object may not be deleted, or None when nothing holds it.
 QuotaDeleteGuard = Callable[[Quota], str | None]
 NodeDeleteGuard = Callable[[Node], str | None]
+# Why a node cannot move to another pool (the jobs placed on it, by name), or None.
+NodeMoveGuard = Callable[[Node], str | None]
 # (node, its new number of GPUs): why devices at that index and above must stay, or None.
 NodeShrinkGuard = Callable[[Node, int], str | None]
 # Waits for the scheduler's commit in flight and holds the next back (scheduling.providers).
@@ -70,6 +72,7 @@ _preview_provider: PreviewProvider | None = None
 _quota_delete_guards: list[QuotaDeleteGuard] = []
 _node_delete_guards: list[NodeDeleteGuard] = []
 _node_shrink_guards: list[NodeShrinkGuard] = []
+_node_move_guards: list[NodeMoveGuard] = []
 _commit_turn: CommitTurn | None = None
 
 
@@ -105,6 +108,11 @@ def register_node_delete_guard(guard: NodeDeleteGuard) -> None:
 def unregister_node_delete_guard(guard: NodeDeleteGuard) -> None:
     if guard in _node_delete_guards:
         _node_delete_guards.remove(guard)
+
+
+def register_node_move_guard(guard: NodeMoveGuard) -> None:
+    if guard not in _node_move_guards:
+        _node_move_guards.append(guard)
 
 
 def register_node_shrink_guard(guard: NodeShrinkGuard) -> None:
@@ -149,6 +157,11 @@ def quota_delete_blockers(quota: Quota) -> list[str]:
 
 def node_delete_blockers(node: Node) -> list[str]:
     return [reason for guard in _node_delete_guards if (reason := guard(node))]
+
+
+def node_move_blockers(node: Node) -> list[str]:
+    """Reasons from the registered guards why `node` cannot move to another pool now."""
+    return [reason for guard in _node_move_guards if (reason := guard(node))]
 
 
 def node_shrink_blockers(node: Node, gpus: int) -> list[str]:

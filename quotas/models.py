@@ -17,12 +17,18 @@ class PlacementPolicy(models.TextChoices):
 
 
 class ResourcePool(models.Model):
-    """A set of nodes whose capacity one quota tree divides. One default pool for now."""
+    """A set of nodes (usually of one GPU model) whose capacity one quota tree divides.
+
+    Every scheduling rule holds inside one pool (SCHEDULING.md "Pool"): a job runs only on its
+    quota's pool's nodes, and a pool's idle GPUs are lent only to that pool's quotas. The pool
+    named `default` is made when first needed and takes nodes and root quotas that name none.
+    """
 
     DEFAULT_NAME = "default"
 
     name = models.CharField(max_length=100, unique=True)
     placement = models.CharField(max_length=10, choices=PlacementPolicy.choices, default=PlacementPolicy.PACK)
+    description = models.CharField(max_length=2000, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -50,4 +50,5 @@ class SchedulingConfig(AppConfig):
             hooks.register_quota_delete_guard(providers.quota_delete_guard)
             hooks.register_node_delete_guard(providers.node_delete_guard)
             hooks.register_node_shrink_guard(providers.node_shrink_guard)
+            hooks.register_node_move_guard(providers.node_move_guard)
             hooks.register_commit_turn(providers.commit_turn)

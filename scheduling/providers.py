@@ -101,3 +101,18 @@ def node_delete_guard(node: Node) -> str | None:
     if count:
         return f"{count} job(s) run on {node.name}; mark it down and let them move first"
     return None
+
+
+def node_move_guard(node: Node) -> str | None:
+    """A node moves to another pool only when nothing is placed on it: a job runs only on its
+    quota's pool's nodes (SCHEDULING.md "Pool"), so the jobs there are named to be moved first."""
+    names = list(
+        Job.objects.filter(placements__node=node, state__in=HOLDING_STATES)
+        .distinct()
+        .order_by("id")
+        .values_list("name", flat=True)[:6]
+    )
+    if not names:
+        return None
+    shown = ", ".join(names[:5]) + (" and more" if len(names) > 5 else "")
+    return f"{node.name} cannot change pools while jobs run there ({shown}); cordon or drain it and let them end first."

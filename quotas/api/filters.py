@@ -9,7 +9,7 @@ from django import forms
 from django.db import models
 from drf_spectacular.utils import extend_schema_field
 
-from quotas.models import AuditRecord, Node, Quota
+from quotas.models import AuditRecord, Node, Quota, ResourcePool
 
 
 # A query string has no booleans: the schema names the two strings the filter takes.
@@ -59,16 +59,34 @@ class StrictFilterSet(django_filters.FilterSet):  # type: ignore[misc]
 class QuotaFilter(StrictFilterSet):
     parent = django_filters.CharFilter(field_name="parent__name", help_text="The parent's name.")
     root = StrictBooleanFilter(field_name="parent", lookup_expr="isnull", help_text="Only roots (true).")
+    pool = django_filters.CharFilter(field_name="pool__name", help_text="The pool's name.")
 
     class Meta:
         model = Quota
-        fields = ["name", "parent", "root", "queue_policy", "child_preemption", "same_level_preemption", "rank"]
+        fields = [
+            "name",
+            "pool",
+            "parent",
+            "root",
+            "queue_policy",
+            "child_preemption",
+            "same_level_preemption",
+            "rank",
+        ]
 
 
 class NodeFilter(StrictFilterSet):
+    pool = django_filters.CharFilter(field_name="pool__name", help_text="The pool's name.")
+
     class Meta:
         model = Node
-        fields = ["name", "state", "gpu_model"]
+        fields = ["name", "pool", "state", "gpu_model"]
+
+
+class PoolFilter(StrictFilterSet):
+    class Meta:
+        model = ResourcePool
+        fields = ["name", "placement"]
 
 
 class AuditRecordFilter(StrictFilterSet):

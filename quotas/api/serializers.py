@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from quotas import bounds, selectors
 from quotas.hooks import QuotaStatus
-from quotas.models import AuditRecord, Node, Quota
+from quotas.models import AuditRecord, Node, Quota, ResourcePool
 from utilities.json_types import JsonTypedMixin
 
 
@@ -65,6 +65,31 @@ class QuotaNameField(serializers.SlugRelatedField[Quota]):
         return selectors.visible_quotas(getattr(request, "user", None))
 
 
+@extend_schema_field({"type": "string", "minLength": 1, "maxLength": bounds.NAME_MAX_LENGTH})
+class PoolNameField(serializers.SlugRelatedField[ResourcePool]):
+    """A resource pool referred to by its unique name."""
+
+    default_error_messages = {
+        "does_not_exist": "There is no pool named {value}.",
+        "invalid": "A pool is named by a string.",
+    }
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(slug_field="name", queryset=ResourcePool.objects.all(), **kwargs)
+
+
+class PoolSerializer(JsonTypedMixin, serializers.ModelSerializer[ResourcePool]):
+    class Meta:
+        model = ResourcePool
+        fields = ["id", "name", "placement", "description"]
+        read_only_fields = ["id"]
+        # Uniqueness is a rule of the service, which names the clash.
+        extra_kwargs: dict[str, dict[str, Any]] = {
+            "name": {"validators": [], **text("name", bounds.NAME_MAX_LENGTH)},
+            "description": text("description", bounds.DESCRIPTION_MAX_LENGTH, blank=True),
+        }
+
+
 class QuotaStatusSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     fair_share = serializers.FloatField()
     allocated = serializers.FloatField()
@@ -84,6 +109,10 @@ class QuotaListSerializer(serializers.ListSerializer):  # type: ignore[type-arg]
 
 class QuotaSerializer(JsonTypedMixin, serializers.ModelSerializer[Quota]):
     parent = QuotaNameField(allow_null=True, required=False)  # type: ignore[assignment]
+    pool = PoolNameField(
+        required=False,
+        help_text="A root's pool (omitted: the pool named default); a child has its parent's.",
+    )
     effective_weight = serializers.FloatField(read_only=True)
     status = serializers.SerializerMethodField()
     dry_run = serializers.BooleanField(write_only=True, required=False, default=False)
@@ -94,6 +123,7 @@ class QuotaSerializer(JsonTypedMixin, serializers.ModelSerializer[Quota]):
         fields = [
             "id",
             "name",
+            "pool",
             "parent",
             "gpus",
             "cpu",
@@ -127,9 +157,13 @@ class QuotaSerializer(JsonTypedMixin, serializers.ModelSerializer[Quota]):
         parent_name = getattr(quota, "parent_name", None)
         if parent_name is None and quota.parent_id is not None:
             parent_name = quota.parent.name  # type: ignore[union-attr]
+        pool_name = getattr(quota, "pool_name", None)
+        if pool_name is None:
+            pool_name = quota.pool.name
         return {
             "id": quota.pk,
             "name": quota.name,
+            "pool": pool_name,
             "parent": parent_name,
             "gpus": quota.gpus,
             "cpu": quota.cpu,
@@ -243,6 +277,11 @@ class LabelsField(serializers.DictField):
 
 class NodeSerializer(JsonTypedMixin, serializers.ModelSerializer[Node]):
     labels = LabelsField(required=False)
+    pool = PoolNameField(
+        required=False,
+        help_text="The pool it belongs to (omitted: the pool named default). A change moves the node, "
+        "refused while jobs run there.",
+    )
     dry_run = serializers.BooleanField(write_only=True, required=False, default=False)
     agent_version = serializers.SerializerMethodField(
         help_text="The version its node agent gave at its last registration; empty for none."
@@ -257,6 +296,7 @@ class NodeSerializer(JsonTypedMixin, serializers.ModelSerializer[Node]):
         fields = [
             "id",
             "name",
+            "pool",
             "gpus",
             "cpu",
             "memory_gib",

@@ -13,10 +13,10 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.serializers import Serializer
+from rest_framework.serializers import BaseSerializer, Serializer
 
 from quotas import node_agents, selectors, services
-from quotas.api.filters import AuditRecordFilter, NodeFilter, QuotaFilter
+from quotas.api.filters import AuditRecordFilter, NodeFilter, PoolFilter, QuotaFilter
 from quotas.api.permissions import IsPlatformAdmin, PlatformAdminWritesOthersRead, PlatformAdminWritesVisibleReads
 from quotas.api.serializers import (
     AuditRecordSerializer,
@@ -24,12 +24,13 @@ from quotas.api.serializers import (
     DryRunResultSerializer,
     NodeSerializer,
     NodeTokenSerializer,
+    PoolSerializer,
     QuotaSerializer,
     ScaleSerializer,
     TransferResultSerializer,
     TransferSerializer,
 )
-from quotas.models import AuditRecord, Node, NodeState, Quota
+from quotas.models import AuditRecord, Node, NodeState, Quota, ResourcePool
 
 # A query string carries text: the schema names the two words `?dry_run=` takes.
 DRY_RUN_PARAMETER = OpenApiParameter(
@@ -69,6 +70,29 @@ NODE_ACTION_SCHEMA = extend_schema(
     parameters=[DRY_RUN_PARAMETER],
     responses={200: _or_dry_run(NodeSerializer, "NodeOrDryRun")},
 )
+
+
+class PoolViewSet(viewsets.ModelViewSet):  # type: ignore[type-arg]
+    """Resource pools. Platform admins write; everyone signed in reads the pools of the quotas they may see."""
+
+    serializer_class = PoolSerializer
+    permission_classes = [PlatformAdminWritesVisibleReads]
+    filterset_class = PoolFilter
+
+    def get_queryset(self) -> QuerySet[ResourcePool]:
+        return selectors.visible_pools(self.request.user)
+
+    def perform_create(self, serializer: BaseSerializer[Any]) -> None:
+        serializer.instance = services.create_pool(actor=self.request.user, **serializer.validated_data)
+
+    def perform_update(self, serializer: BaseSerializer[Any]) -> None:
+        assert serializer.instance is not None
+        serializer.instance = services.update_pool(
+            actor=self.request.user, pool=serializer.instance, **serializer.validated_data
+        )
+
+    def perform_destroy(self, instance: ResourcePool) -> None:
+        services.delete_pool(actor=self.request.user, pool=instance)
 
 
 @extend_schema_view(

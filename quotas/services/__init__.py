@@ -18,6 +18,7 @@ importing only those above it in this list:
 - `tree`: create (one quota or a tree), update, delete. `guarantees`: scale, transfer.
 - `nodes`: nodes and their devices; create, update, down/up, delete. `cordon`: cordon, drain, uncordon.
 - `inventory`: inventory files, loaded through `nodes`.
+- `pools`: resource pools; create, change, delete (refused while a pool holds nodes or quotas).
 """
 
 from quotas.services.common import NODE_FIELDS, QUOTA_FIELDS, RESOURCES, Actor, _require_platform_admin
@@ -46,6 +47,7 @@ from quotas.services.nodes import (
     set_node_state,
     update_node,
 )
+from quotas.services.pools import POOL_FIELDS, PoolChanges, create_pool, delete_pool, update_pool
 from quotas.services.preview import DryRunPreview, DryRunResult, QuotaShare
 from quotas.services.rules import quota_snapshot
 from quotas.services.tree import (
@@ -64,6 +66,7 @@ from quotas.services.tree import (
 __all__ = [
     "NODE_ENTRY_KEYS",
     "NODE_FIELDS",
+    "POOL_FIELDS",
     "QUOTA_FIELDS",
     "RESOURCES",
     "Actor",
@@ -73,6 +76,7 @@ __all__ = [
     "NewNode",
     "NewQuota",
     "NodeChanges",
+    "PoolChanges",
     "QuotaChanges",
     "QuotaSettings",
     "QuotaShare",
@@ -80,9 +84,11 @@ __all__ = [
     "cordon_node",
     "create_node",
     "create_nodes",
+    "create_pool",
     "create_quota",
     "create_quota_tree",
     "delete_node",
+    "delete_pool",
     "delete_quota",
     "drain_node",
     "error_messages",
@@ -107,5 +113,6 @@ __all__ = [
     "transfer_quota",
     "uncordon_node",
     "update_node",
+    "update_pool",
     "update_quota",
 ]

@@ -36,6 +36,7 @@ class NodeChanges(TypedDict, total=False):
     labels: dict[str, Any]
     state: str
     executor: str
+    pool: ResourcePool
 
 
 def node_snapshot(node: Node) -> dict[str, Any]:
@@ -287,21 +288,48 @@ def update_node(*, actor: Actor, node: Node, **changes: Unpack[NodeChanges]) -> 
 
 def _update_node_change(*, actor: Actor, node: Node, changes: NodeChanges) -> Callable[[], Node]:
     _require_platform_admin(actor, "change the inventory")
-    unknown = set(changes) - set(NODE_FIELDS)
+    unknown = set(changes) - {*NODE_FIELDS, "pool"}
+    target = changes.pop("pool", None)
+    moving = target is not None and target.pk != node.pool_id
 
     def apply() -> Node:
         if unknown:
             raise ValidationError({field: f"{field} is not a field of a node." for field in sorted(unknown)})
         with transaction.atomic():
-            if "gpus" in changes:  # fewer, perhaps: known only under the locks, which must come after
+            if "gpus" in changes or moving:  # fewer, perhaps: known only under the locks, which must come after
                 hooks.take_commit_turn()
-            tree = _Tree.locked(node.pool_id)
+            # Both pools' locks in id order, as every writer takes them, when the node moves.
+            if moving and target is not None and target.pk < node.pool_id:
+                target_tree: _Tree | None = _Tree.locked(target.pk)
+                tree = _Tree.locked(node.pool_id)
+            else:
+                tree = _Tree.locked(node.pool_id)
+                target_tree = _Tree.locked(target.pk) if moving and target is not None else None
             current = Node.objects.select_for_update().get(pk=node.pk)
             before = node_snapshot(current)
             for field, value in changes.items():
                 setattr(current, field, value)
             errors = _Errors()
             _check_node(current, errors)
+            if target_tree is not None:
+                for reason in hooks.node_move_blockers(current):
+                    errors.add("pool", reason)
+                errors.raise_if_any()
+                tree.check_capacity(
+                    _capacity_after(tree, before, None),
+                    errors,
+                    {},
+                    f"Moving {before['name']} to the pool {target_tree.pool.name}",
+                )
+                errors.raise_if_any()
+                _move_node(actor=actor, node=current, source=tree.pool, target=target_tree.pool)
+                # The rest of the change is checked against the pool it now belongs to.
+                tree = target_tree
+                tree.capacity = _Capacity(
+                    tree.capacity.gpus + before["gpus"],
+                    tree.capacity.cpu + before["cpu"],
+                    tree.capacity.memory_gib + before["memory_gib"],
+                )
             if current.gpus < before["gpus"]:
                 for reason in hooks.node_shrink_blockers(current, current.gpus):
                     errors.add("gpus", reason)
@@ -340,6 +368,22 @@ def _update_node_change(*, actor: Actor, node: Node, changes: NodeChanges) -> Ca
             return current
 
     return apply
+
+
+def _move_node(*, actor: Actor, node: Node, source: ResourcePool, target: ResourcePool) -> None:
+    """The node joins `target`: its GPUs leave `source`'s capacity and join `target`'s (checked by the caller)."""
+    Node.objects.filter(pk=node.pk).update(pool=target)
+    node.pool = target
+    audit.record(
+        actor=actor,
+        action="node.move",
+        object_type="node",
+        object_id=node.pk,
+        object_repr=node.name,
+        before={"pool": source.name},
+        after={"pool": target.name},
+    )
+    _on_commit_send(signals.inventory_changed, Node, action="node.move", node_ids=[node.pk])
 
 
 def preview_set_node_state(*, actor: Actor, node: Node, state: str) -> DryRunResult:

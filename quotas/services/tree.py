@@ -42,6 +42,7 @@ class QuotaSettings(TypedDict, total=False):
 class QuotaChanges(QuotaSettings, total=False):
     name: str
     parent: Quota | str | None
+    pool: ResourcePool
 
 
 def preview_create_quota(
@@ -78,6 +79,13 @@ def _create_quota_change(
     def apply() -> Quota:
         with transaction.atomic():
             parent_quota = _resolve_parent(parent)
+            if parent_quota is not None and pool is not None and pool.pk != parent_quota.pool_id:
+                raise ValidationError(
+                    {
+                        "pool": f"{name} would be a child of {parent_quota.name}, which is in the pool "
+                        f"{parent_quota.pool.name}, not {pool.name}; a child has its parent's pool."
+                    }
+                )
             pool_id = parent_quota.pool_id if parent_quota is not None else _pool_or_default(pool).pk
             tree = _Tree.locked(pool_id)
             quota = Quota(
@@ -259,11 +267,20 @@ def update_quota(*, actor: Actor, quota: Quota, **changes: Unpack[QuotaChanges])
 
 def _update_quota_change(*, actor: Actor, quota: Quota, changes: QuotaChanges) -> Callable[[], Quota]:
     _require_platform_admin(actor, "change quotas")
-    unknown = set(changes) - set(QUOTA_FIELDS)
+    unknown = set(changes) - {*QUOTA_FIELDS, "pool"}
+    pool = changes.pop("pool", None)
 
     def apply() -> Quota:
         if unknown:
             raise ValidationError({field: f"{field} is not a field of a quota." for field in sorted(unknown)})
+        if pool is not None and pool.pk != quota.pool_id:
+            # Moving a tree between pools would move its guarantees and its running jobs' nodes at once.
+            raise ValidationError(
+                {
+                    "pool": f"{quota.name} is in the pool {quota.pool.name}; a quota stays in the pool it was "
+                    f"made in. Make a root quota in {pool.name} instead."
+                }
+            )
         with transaction.atomic():
             tree = _Tree.locked(quota.pool_id)
             current = tree.get(quota)

@@ -21,6 +21,7 @@ ClientFor = Callable[[AbstractUser | None], APIClient]
 QUOTA_FIELDS = {
     "id",
     "name",
+    "pool",  # by name: a root's pool, or its parent's (issue 24)
     "parent",
     "gpus",
     "cpu",
@@ -38,6 +39,7 @@ QUOTA_FIELDS = {
 NODE_FIELDS = {
     *("id", "name", "gpus", "cpu", "memory_gib", "gpu_model", "labels", "state", "executor", "last_heartbeat"),
     "agent_version",  # read-only: what its node agent registered with (docs/agent.md)
+    "pool",  # by name (issue 24)
 }
 
 

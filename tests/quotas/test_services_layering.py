@@ -10,7 +10,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "quotas" / "services"
 # Lowest first, as quotas/services/__init__.py lists them.
-ORDER = ("common", "errors", "preview", "rules", "tree", "guarantees", "nodes", "cordon", "inventory")
+ORDER = ("common", "errors", "preview", "rules", "tree", "guarantees", "nodes", "cordon", "inventory", "pools")
 
 
 def imported_modules(path: Path) -> set[str]:

@@ -1,0 +1,47 @@
+"""Pools in the running console (issue 24): one cycle schedules every pool, each on its own
+nodes with its own tree, and a node changes pools only when nothing runs there."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from quotas import services as quota_services
+from quotas.models import Node, Quota, ResourcePool
+from scheduling import services
+from scheduling.models import Job
+from tests.scheduling.conftest import Cluster
+
+
+@pytest.fixture
+def a100(cluster: Cluster) -> ResourcePool:
+    """A second pool beside the cluster's default one: one node a-1 of 8 GPUs, a root `batch` of 8."""
+    pool = quota_services.create_pool(actor=None, name="a100")
+    quota_services.create_node(actor=None, name="a-1", gpus=8, cpu=64, memory_gib=512, pool=pool)
+    batch = quota_services.create_quota(actor=None, name="batch", gpus=8, pool=pool)
+    cluster.quotas["batch"] = batch
+    cluster.workspace.quotas.add(batch)
+    return pool
+
+
+def nodes_of(job: Job) -> set[str]:
+    return set(job.placements.values_list("node__name", flat=True))
+
+
+def test_a_node_with_jobs_on_it_does_not_change_pools_and_the_jobs_are_named(
+    cluster: Cluster, a100: ResourcePool
+) -> None:
+    cluster.submit("train-1", gpus=8)
+    cluster.submit("train-2", quota="team-b", gpus=8)
+    services.converge()
+    running_on = {name: nodes_of(cluster.job(name)) for name in ("train-1", "train-2")}
+    node = Node.objects.get(name=next(iter(running_on["train-1"])))
+
+    with pytest.raises(ValidationError) as refused:
+        quota_services.update_node(actor=None, node=node, pool=a100)
+
+    assert refused.value.message_dict["pool"] == [
+        f"{node.name} cannot change pools while jobs run there (train-1); cordon or drain it and let them end first."
+    ]
+    assert Node.objects.get(pk=node.pk).pool_id == cluster.pool.pk
+    assert Quota.objects.get(name="batch").pool_id == a100.pk
