@@ -91,14 +91,20 @@ def cluster_figures() -> ClusterFigures:
     )
 
 
-def member_figures(user: AbstractBaseUser) -> MemberFigures:
-    """Jobs the user owns, counted by state, and the first quotas the user may use with their
-    status: a fixed number of queries (the status provider reads a page of quotas at once)."""
+def member_jobs_by_state(user: AbstractBaseUser) -> list[tuple[str, int]]:
+    """Jobs the user owns, counted by state, in one query: the Dashboard reads them again on
+    every change of the user's workspaces (docs/live.md)."""
     counts = dict(
         Job.objects.filter(owner_id=user.pk).values_list("state").annotate(n=Count("id")).values_list("state", "n")
     )
     # In the lifecycle's order, so "Pending 2 · Running 1" reads the same on every visit.
-    by_state = [(label, int(counts[value])) for value, label in JobState.choices if counts.get(value)]
+    return [(label, int(counts[value])) for value, label in JobState.choices if counts.get(value)]
+
+
+def member_figures(user: AbstractBaseUser) -> MemberFigures:
+    """Jobs the user owns, counted by state, and the first quotas the user may use with their
+    status: a fixed number of queries (the status provider reads a page of quotas at once)."""
+    by_state = member_jobs_by_state(user)
     quotas = list(quota_selectors.quota_list(user=user)[: DASHBOARD_QUOTAS_SHOWN + 1])
     shown = quotas[:DASHBOARD_QUOTAS_SHOWN]
     statuses = quota_selectors.quota_statuses(shown)

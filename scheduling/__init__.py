@@ -7,7 +7,8 @@
   shared by pages, API and consumers; `snapshot` (the cycle's), `quota_figures`, `metrics_reads`,
   `holders`, `invariants`, `estimate_base` (the estimate's snapshot): reads split out of `selectors`,
   which re-exports their names; `mentions`: how a job is named to a reader who may not see it.
-- `allocation_history`, `quota_charts`: reads too, the quota charts' series and figures;
+- `allocation_history`, `quota_charts`, `quota_in_view`: reads too, the quota charts' series and
+  figures, and the Overview's quota in view;
   `page_figures`: what telemetry (above) supplies to the pages here, registered at its start.
 - `live`, `events`: what is published after commit. `triggers`: asks for a cycle, through the
   runners that `apps.SchedulingConfig.ready()` hands it (the cycle and the task sit above it).

@@ -18,6 +18,7 @@ from typing import Any, TypedDict
 
 from quotas.bounds import readable
 from quotas.hooks import QuotaStatus
+from quotas.models import Quota
 from quotas.selectors import QuotaTreeRow
 from scheduling.allocation_history import (
     DEFAULT_RANGE,
@@ -27,6 +28,7 @@ from scheduling.allocation_history import (
     plotly_moment,
     quota_allocation_series,
 )
+from scheduling.quota_in_view import InView, focus_of, in_view, parents_with_children
 
 # Quota topics a live Overview subscribes to at most (the socket takes 250, LIVE_MAX_SUBSCRIPTIONS):
 # beyond it, a treemap box or a band summing many quotas holds its figure until the page is read
@@ -91,6 +93,7 @@ class BandNow(TypedDict):
 
     label: str
     quota_id: int | None  # a band of one quota: its cells follow that quota's topic
+    opens: bool  # that quota has visible children: the table links to their stack
     allocated: float
     guaranteed: float
     over: float  # allocated beyond the guarantee: the borrowed GPUs
@@ -105,18 +108,29 @@ class QuotaOverview(TypedDict):
     bands: list[BandNow]
     live_topics: str  # the quota topics the stacked area follows, space-separated
     range: ChartRange
+    in_view: InView  # whose children the stacked area stacks, and the ways up and down
 
 
-def quota_overview(*, rows: Sequence[QuotaTreeRow], now: datetime, span: ChartRange = DEFAULT_RANGE) -> QuotaOverview:
+def quota_overview(
+    *, rows: Sequence[QuotaTreeRow], now: datetime, span: ChartRange = DEFAULT_RANGE, asked: int | None = None
+) -> QuotaOverview:
     """The Overview of the Resource Quotas page, from the tree rows the user may see.
 
-    Two queries for the history (the tree rows come with their status already), whatever the
-    number of quotas: the treemap needs no history, and the area chart stacks one level only."""
-    bands = _stacked_level(rows)
+    The stacked area stacks the children of the quota in view (`asked`, a visible quota's id:
+    quota_in_view.asked_quota checks it), each with its guarantee line, and that quota's own
+    jobs; with none asked, the roots, or under a single root its children. Two queries for the
+    history (the tree rows come with their status already) and one for the quota's children,
+    whatever the number of quotas: the area chart stacks one level only."""
+    focus = focus_of(rows, asked)
+    # One query in every view (with no quota in view it counts the roots, unused), so that the
+    # page's queries stay the same whatever the tree (tests/console/test_quota_charts.py).
+    children_in_all = Quota.objects.filter(parent_id=focus.pk if focus is not None else None).count()
+    bands = _stacked_level(rows, focus, children_in_all)
     since = now - span.span
     series = quota_allocation_series(
         quota_ids=[quota_id for band in bands for quota_id, _sign in band.terms], since=since, now=now
     )
+    parents = parents_with_children(rows)
     status_of = {row["quota"].pk: row["status"] for row in rows}
     guarantee_of = {row["quota"].pk: float(row["quota"].gpus) for row in rows}
     # The bands' quotas first (the stacked area), then the other visible ones (the treemap's boxes).
@@ -124,8 +138,9 @@ def quota_overview(*, rows: Sequence[QuotaTreeRow], now: datetime, span: ChartRa
     banded = set(in_bands)
     followed = [*in_bands, *(row["quota"].pk for row in rows if row["quota"].pk not in banded)]
     followed = followed[:LIVE_MAX_TOPICS]
+    where = in_view(rows, focus, asked=asked)
     return QuotaOverview(
-        treemap=_treemap(rows),
+        treemap=_treemap(rows, level=where["treemap_level"] or None),
         colour_scale=json.dumps(_USE_COLOURS),
         ratio_cap=_RATIO_CAP,
         allocation=_stacked_area(bands, series, now=now, span=span),
@@ -134,26 +149,32 @@ def quota_overview(*, rows: Sequence[QuotaTreeRow], now: datetime, span: ChartRa
             for row in rows
             if row["status"]["allocated"] > row["quota"].gpus + 1e-9
         ],
-        bands=[_band_now(band, status_of, guarantee_of) for band in bands],
+        bands=[_band_now(band, status_of, guarantee_of, parents) for band in bands],
         live_topics=" ".join(f"quota:{quota_id}" for quota_id in followed),
         range=span,
+        in_view=where,
     )
 
 
-def _band_now(band: _Band, status_of: Mapping[int, QuotaStatus], guarantee_of: Mapping[int, float]) -> BandNow:
+def _band_now(
+    band: _Band, status_of: Mapping[int, QuotaStatus], guarantee_of: Mapping[int, float], parents: set[int]
+) -> BandNow:
     allocated = round(max(0.0, sum(sign * status_of[quota_id]["allocated"] for quota_id, sign in band.terms)), 3)
     guaranteed = round(max(0.0, sum(sign * guarantee_of[quota_id] for quota_id, sign in band.terms)), 3)
+    quota_id = band.terms[0][0] if len(band.terms) == 1 else None
     return BandNow(
         label=band.label,
-        quota_id=band.terms[0][0] if len(band.terms) == 1 else None,
+        quota_id=quota_id,
+        opens=quota_id in parents,
         allocated=allocated,
         guaranteed=guaranteed,
         over=round(max(0.0, allocated - guaranteed), 3),
     )
 
 
-def _treemap(rows: Sequence[QuotaTreeRow]) -> dict[str, Any]:
-    """Every visible quota, sized by its guarantee and coloured by allocated ÷ guaranteed."""
+def _treemap(rows: Sequence[QuotaTreeRow], *, level: str | None = None) -> dict[str, Any]:
+    """Every visible quota, sized by its guarantee and coloured by allocated ÷ guaranteed; opened
+    at `level` (a quota's id) when the page has a quota in view."""
     visible = {row["quota"].pk for row in rows}
     value: dict[int, float] = {row["quota"].pk: float(row["quota"].gpus) for row in rows}
     # A parent's box holds its children's ("total" branch values); float sums of fractional
@@ -183,8 +204,9 @@ def _treemap(rows: Sequence[QuotaTreeRow]) -> dict[str, Any]:
         "maxdepth": 3,
         "customdata": custom,
         "texttemplate": "%{label}<br>%{customdata[0]} / %{customdata[1]} GPUs",
+        # No <b>: plotly writes rich text as a style attribute, which the CSP refuses on hover.
         "hovertemplate": (
-            "<b>%{label}</b><br>guaranteed %{customdata[1]} GPUs<br>allocated %{customdata[0]} GPUs"
+            "%{label}<br>guaranteed %{customdata[1]} GPUs<br>allocated %{customdata[0]} GPUs"
             "<br>fair share %{customdata[2]} GPUs<extra></extra>"
         ),
         "marker": {
@@ -198,6 +220,8 @@ def _treemap(rows: Sequence[QuotaTreeRow]) -> dict[str, Any]:
         },
         "pathbar": {"visible": True},
     }
+    if level is not None:
+        trace["level"] = level
     # Each quota's allocated and guaranteed now: the script recolours a box when its quota's
     # figures change (static/console/charts.js).
     live = {
@@ -219,21 +243,23 @@ class _Band:
     terms: tuple[tuple[int, int], ...]
 
 
-def _stacked_level(rows: Sequence[QuotaTreeRow]) -> list[_Band]:
-    """The level whose allocations add up without counting a GPU twice: the visible roots, or,
-    under a single root, its children and the root's own jobs. The largest guarantees get their
-    own band; the rest share one."""
-    roots = [row["quota"] for row in rows if row["depth"] == 0]
-    if not roots:
-        return []
-    members = roots
+def _stacked_level(rows: Sequence[QuotaTreeRow], focus: Quota | None, children_in_all: int) -> list[_Band]:
+    """The level whose allocations add up without counting a GPU twice: the children of the
+    quota in view and its own jobs (its allocation less its children's), or with none in view
+    the visible roots. A quota in view without visible children is one band of its own. The
+    largest guarantees get their own band; the rest share one."""
     own: _Band | None = None
-    if len(roots) == 1:
-        children = [row["quota"] for row in rows if row["depth"] == 1]
-        if children:
-            members = children
-            root = roots[0]
-            own = _Band(f"{root.name} (own jobs)", ((root.pk, 1), *((child.pk, -1) for child in children)))
+    if focus is None:
+        members = [row["quota"] for row in rows if row["depth"] == 0]
+        if not members:
+            return []
+    else:
+        members = [row["quota"] for row in rows if row["quota"].parent_id == focus.pk]
+        if not members:
+            return [_Band(focus.name, ((focus.pk, 1),))]
+        # A child the user may not see is in the parent's allocation: the band says so.
+        words = "own jobs and quotas not shown" if children_in_all > len(members) else "own jobs"
+        own = _Band(f"{focus.name} ({words})", ((focus.pk, 1), *((child.pk, -1) for child in members)))
     ranked = sorted(members, key=lambda quota: (-quota.gpus, quota.pk))
     bands = [_Band(quota.name, ((quota.pk, 1),)) for quota in ranked[:_MAX_BANDS]]
     rest = ranked[_MAX_BANDS:]

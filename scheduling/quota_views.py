@@ -26,7 +26,7 @@ from quotas import bounds, selectors, services
 from quotas import forms as quota_forms
 from quotas.models import Quota
 from quotas.services import DryRunResult
-from scheduling import allocation_history, mentions, node_views, page_figures, quota_charts
+from scheduling import allocation_history, mentions, node_views, page_figures, quota_charts, quota_in_view
 from scheduling import selectors as scheduling_selectors
 from scheduling.clock import get_clock
 from scheduling.models import ACTIVE_STATES, Job, JobState
@@ -149,7 +149,8 @@ QUOTA_VIEWS = (("list", "List"), ("overview", "Overview"))
 @login_required
 def resource_quotas(request: HttpRequest) -> HttpResponse:
     """The tree of what the user may see, as a table (`?view=list`, where `?q=` filters by name
-    without JavaScript) or as charts (`?view=overview`, over `&range=1h|24h|7d`)."""
+    without JavaScript) or as charts (`?view=overview`, over `&range=1h|24h|7d`, stacking the
+    children of `&quota=<id>`)."""
     rows = selectors.quota_tree_rows(user=request.user)
     view = request.GET.get("view", "list")
     if view not in dict(QUOTA_VIEWS):
@@ -163,11 +164,11 @@ def resource_quotas(request: HttpRequest) -> HttpResponse:
     }
     if view == "overview":
         span = allocation_history.chart_range(request.GET.get("range"))
-        context.update(
-            rows=rows,
-            overview=quota_charts.quota_overview(rows=rows, now=get_clock().now(), span=span),
-            ranges=allocation_history.CHART_RANGES,
-        )
+        asked = quota_in_view.asked_quota(request.GET.get("quota", ""), rows)
+        overview = quota_charts.quota_overview(rows=rows, now=get_clock().now(), span=span, asked=asked)
+        context.update(rows=rows, overview=overview, ranges=allocation_history.CHART_RANGES)
+        if request.headers.get("HX-Target") == "allocation-section":  # a treemap box, the picker
+            return render(request, "scheduling/quotas/allocation.html", context)
     else:
         query = request.GET.get("q", "").strip()
         if query:
@@ -175,7 +176,8 @@ def resource_quotas(request: HttpRequest) -> HttpResponse:
         # Running and pending count every workspace's jobs; a member is also told how many of
         # them she may see (issue 11: the counts did not match her Jobs page).
         yours = {} if _is_platform_admin(request) else _visible_live_counts(request, rows)
-        shown = [{**row, "yours": yours.get(row["quota"].pk)} for row in rows]
+        live = quota_charts.LIVE_MAX_TOPICS  # rows that follow their topic (a socket takes 250)
+        shown = [{**row, "yours": yours.get(row["quota"].pk), "live": at < live} for at, row in enumerate(rows)]
         tree_rows = (
             engines["jinja2"]
             .get_template("scheduling/quotas/tree_rows.html")
@@ -189,7 +191,8 @@ def resource_quotas(request: HttpRequest) -> HttpResponse:
             )
         )
         # Jinja2 escaped every value as it rendered (autoescape is on in Django's backend).
-        context.update(rows=shown, query=query, tree_rows=mark_safe(tree_rows))
+        more = live if len(shown) > live else None
+        context.update(rows=shown, query=query, tree_rows=mark_safe(tree_rows), live_rows=more)
     return render(request, "scheduling/quotas/resource_quotas.html", context)
 
 

@@ -61,7 +61,7 @@ def test_a_member_sees_their_jobs_by_state_and_their_quotas_usage(pai_world: dic
     assert jobs is not None and re.sub(r"<[^>]+>|\s+", " ", jobs[1]).split() == ["Running", "1"]
     row = re.search(r'<tr data-quota="Quota1.1">(.*?)</tr>', body, re.S)
     assert row is not None
-    cells = re.findall(r'<td class="num">([^<]*)</td>', row[1])
+    cells = re.findall(r'<td class="num"[^>]*>([^<]*)</td>', row[1])
     assert cells[0] == "12" and cells[2] == "24" and cells[3] == "1"  # guaranteed, allocated, running
     assert 'data-quota="Quota1.2"' not in body  # not bound to any workspace of dave's
 

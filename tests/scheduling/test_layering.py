@@ -43,6 +43,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "agent_selectors",
                 "allocation_history",
                 "quota_charts",
+                "quota_in_view",
                 "page_figures",
                 "mentions",
             }
