@@ -190,16 +190,19 @@ def quota_nodes_context(request: HttpRequest, quota: Quota) -> dict[str, Any]:
     """The Quota page's Nodes tab: per node, the GPUs the jobs of the quota's subtree hold.
 
     Every GPU counts, but a job is named only to those who may see it (as on the Jobs tab);
-    others read "a job of another workspace". Three queries whatever the size of the subtree.
+    others read whose it is, "a job of workspace-c" beside its quota (scheduling.mentions).
+    Four queries whatever the size of the subtree.
     """
     subtree = selectors.subtree_ids(quota=quota)
     holders = scheduling_selectors.gpu_holders(quota_ids=subtree)
-    visible = mentions.visible_job_pks(request.user, {holder["job_id"] for holder in holders})
+    mentioned = mentions.mention_jobs(request.user, {holder["job_id"] for holder in holders})
     by_node: dict[str, list[GpuHolder]] = defaultdict(list)
     for holder in holders:
-        if holder["job_id"] not in visible:
+        mention = mentioned.get(holder["job_id"])
+        if mention is None or not mention.visible:
             holder = holder.copy()
-            holder["job"], holder["job_id"] = "a job of another workspace", 0
+            holder["job"] = f"a job of {mention.workspace}" if mention else "a job of another workspace"
+            holder["job_id"] = 0
         by_node[holder["node"]].append(holder)
     nodes = [
         {
