@@ -210,6 +210,7 @@ class SlurmCluster:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             if self.controller is not None and self.live_jobs():
+                self.command("scancel", "--user=root", "--full", "--signal=KILL", check=False)
                 self.command("scancel", "--user=root", check=False)
                 wait_until(lambda: not self.live_jobs(), seconds=15, what="jobs gone at the end")
         for process in self.daemons.values():

@@ -27,7 +27,7 @@ from gqc.cli import cli
 from quotas.models import Node, NodeExecutor, NodeState
 from scheduling.cycle import run_cycle
 from scheduling.executors import get_executor
-from scheduling.models import Job, JobEvent, JobEventKind, JobState
+from scheduling.models import Job, JobEvent, JobEventKind, JobLog, JobState
 from slurm import executor, inventory
 from slurm.models import SlurmJob
 from tests.conftest import PASSWORD
@@ -48,6 +48,14 @@ def console_turn() -> None:
     run_cycle(trigger="slurm-test")
 
 
+def console_story() -> str:
+    """What the console knows, for a failure's message: a flake on CI is read from it."""
+    events = list(JobEvent.objects.order_by("id").values_list("job_id", "kind", "message"))
+    jobs = list(Job.objects.order_by("id").values_list("id", "state", "reason_message"))
+    rows = list(SlurmJob.objects.order_by("id").values_list("name", "slurm_id", "state", "exit_code"))
+    return f"jobs: {jobs}\nevents: {events}\nSlurm jobs: {rows}\nlogs: {list(JobLog.objects.values_list('lines'))}"
+
+
 def settle(condition: Callable[[], Any], *, seconds: float = 30.0, what: str = "") -> Any:
     deadline = time.monotonic() + seconds
     while True:
@@ -56,7 +64,7 @@ def settle(condition: Callable[[], Any], *, seconds: float = 30.0, what: str = "
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"not within {seconds:g} s: {what}")
+            raise AssertionError(f"not within {seconds:g} s: {what}\n{console_story()}")
         time.sleep(0.1)
 
 
@@ -215,13 +223,24 @@ def test_a_reclaim_ends_the_borrowers_slurm_job_and_starts_the_owners(
     assert JobEvent.objects.filter(job=evicted[0], kind=JobEventKind.REQUEUED).exists()
 
 
-def test_a_node_drained_in_slurm_drains_in_the_console_with_slurms_reason(slurm: SlurmCluster, lab: Cluster) -> None:
-    slurm.command("scontrol", "update", "nodename=n1", "state=drain", "reason=fan broken")
-    node = settle(lambda: Node.objects.filter(name="n1", state=NodeState.DRAINING).first(), what="n1 draining")
+def test_a_node_drained_in_slurm_drains_in_the_console_and_its_job_moves(
+    slurm: SlurmCluster, submit: Callable[..., Job], client_for: Clients, member: AbstractUser
+) -> None:
+    job = submit("mover", 'echo "on $SLURMD_NODENAME"; sleep 120', gpus=2, grace_seconds=1)
+    (first,) = settle(lambda: logs(client_for(member), job), what="it runs")
+    drained = first.removeprefix("on ")
+    other = next(name for name in NODE_NAMES if name != drained)
+    slurm.command("scontrol", "update", f"nodename={drained}", "state=drain", "reason=fan broken")
+    node = settle(lambda: Node.objects.filter(name=drained, state=NodeState.DRAINING).first(), what="draining")
     assert node.labels[inventory.REASON] == "fan broken"
-    assert Node.objects.get(name="n2").state == NodeState.READY
-    slurm.command("scontrol", "update", "nodename=n1", "state=resume")
-    settle(lambda: Node.objects.get(name="n1").state == NodeState.READY, what="n1 ready again")
+    assert Node.objects.get(name=other).state == NodeState.READY
+    # The console evicts its job there (SIGTERM through Slurm), and places it again elsewhere.
+    # Between the two runs' lines, slurmstepd's own ("*** JOB 1 ON n1 CANCELLED AT …").
+    settle(lambda: logs(client_for(member), job)[-1] == f"on {other}", what="it runs on the other node")
+    assert logs(client_for(member), job)[0] == first
+    assert JobEvent.objects.filter(job=job, kind=JobEventKind.REQUEUED).exists()
+    slurm.command("scontrol", "update", f"nodename={drained}", "state=resume")
+    settle(lambda: Node.objects.get(name=drained).state == NodeState.READY, what="ready again")
 
 
 def test_a_slurm_job_cancelled_by_hand_fails_the_console_job_with_the_reason(
