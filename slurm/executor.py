@@ -112,13 +112,17 @@ def sync(slurm: SlurmClient, now: datetime) -> int:
     nodes and jobs changed."""
     try:
         nodes = slurm.nodes()
-        jobs = slurm.jobs()
     except SlurmUnavailable as error:
         return inventory.mark_unreachable(str(error), now)
-    ours = [job for job in jobs if job.name.startswith(JOB_NAME_PREFIX)]
-    changed = inventory.sync_nodes(nodes, [job for job in jobs if job not in ours], now)
+    changed = inventory.sync_nodes(nodes, now)
+    # Submitted before squeue is read, so that this sync sees them.
     changed += submit_placed(slurm)
-    changed += follow(slurm, ours, now)
+    read_from = _now()
+    try:
+        jobs = slurm.jobs()
+    except SlurmUnavailable as error:
+        return changed + inventory.mark_unreachable(str(error), now)
+    changed += follow(slurm, [job for job in jobs if job.name.startswith(JOB_NAME_PREFIX)], now, read_from=read_from)
     return changed
 
 
@@ -199,7 +203,12 @@ def submit_placed(slurm: SlurmClient, *, job_ids: Sequence[int] | None = None) -
     jobs = {job.pk: job for job in Job.objects.filter(pk__in={p.job_id for p in placed}).select_related("quota")}
     ranks = _ranks(jobs)
     output_dir = Path(str(settings.SLURM_OUTPUT_DIR))
-    output_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        # Nothing is submitted whose output would be lost; said once, tried again at each sync.
+        inventory.warn_once("output", f"Slurm: SLURM_OUTPUT_DIR {output_dir} cannot be made: {error.strerror}")
+        return 0
     submitted = 0
     for one in placed:
         job = jobs.get(one.job_id)
@@ -242,7 +251,9 @@ def submit_placed(slurm: SlurmClient, *, job_ids: Sequence[int] | None = None) -
                 SlurmJobRow.objects.filter(pk=row.pk).delete()
                 logger.warning("Slurm: replica %s of job %s not submitted yet: %s", one.replica, job.pk, error)
             continue
-        SlurmJobRow.objects.filter(pk=row.pk).update(slurm_id=slurm_id, state="PENDING")
+        # submitted_at becomes when the id is known: a sync whose squeue was read before it does
+        # not take the job's absence there for a vanished job (follow).
+        SlurmJobRow.objects.filter(pk=row.pk).update(slurm_id=slurm_id, state="PENDING", submitted_at=_now())
         submitted += 1
     return submitted
 
@@ -274,9 +285,10 @@ class _Outcome:
     reason: str
 
 
-def follow(slurm: SlurmClient, seen: Sequence[SlurmJob], now: datetime) -> int:
-    """Match the console's open Slurm jobs with what squeue says; record starts, output and ends;
-    stop what is no longer wanted; settle the console jobs whose Slurm jobs ended."""
+def follow(slurm: SlurmClient, seen: Sequence[SlurmJob], now: datetime, *, read_from: datetime) -> int:
+    """Match the console's open Slurm jobs with what squeue said (`seen`, read from `read_from`
+    on); record starts, output and ends; stop what is no longer wanted; settle the console jobs
+    whose Slurm jobs ended."""
     by_id = {job.slurm_id: job for job in seen}
     by_name = {job.name: job for job in seen if job.live}
     rows = list(SlurmJobRow.objects.filter(ended_at__isnull=True).select_related("job"))
@@ -297,6 +309,8 @@ def follow(slurm: SlurmClient, seen: Sequence[SlurmJob], now: datetime) -> int:
                 continue
             row.slurm_id = found.slurm_id  # adopted by its name
             SlurmJobRow.objects.filter(pk=row.pk).update(slurm_id=found.slurm_id)
+        if found is None and row.submitted_at >= read_from:
+            continue  # submitted (by another process) after squeue was read: not seen yet
         _read_output(row, lines_by_job, truncated, final=found is None or not found.live)
         if found is None:
             outcome = _Outcome(row.rank, row.slurm_id, "VANISHED", None, "Slurm no longer knows it")

@@ -23,7 +23,7 @@ from quotas import audit
 from quotas.models import Node, NodeExecutor, NodeState
 from quotas.services.nodes import NewNode, create_nodes, node_snapshot, update_node
 from scheduling import triggers
-from slurm.client import SlurmJob, SlurmNode
+from slurm.client import SlurmNode
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,8 @@ _STATE_OF = {"up": NodeState.READY, "drain": NodeState.DRAINING}
 _warned: dict[str, str] = {}
 
 
-def _warn_once(key: str, message: str) -> None:
+def warn_once(key: str, message: str) -> None:
+    """Log `message` as a warning, unless it is what was last said under `key`."""
     if _warned.get(key) != message:
         _warned[key] = message
         logger.warning("%s", message)
@@ -56,10 +57,10 @@ def _labels(node: SlurmNode, kept: dict[str, Any]) -> dict[str, Any]:
     return labels
 
 
-def sync_nodes(nodes: Sequence[SlurmNode], outside_jobs: Sequence[SlurmJob], now: datetime) -> int:
+def sync_nodes(nodes: Sequence[SlurmNode], now: datetime) -> int:
     """Create, change and mark the console's Slurm nodes as Slurm reports them; returns how many changed.
 
-    `outside_jobs` (Slurm jobs the console did not submit) are not yet taken off the console's free
+    The GPUs that Slurm jobs outside the console hold are not yet taken off the console's free
     GPUs: docs/slurm.md says so.
     """
     _warned.pop("unreachable", None)
@@ -83,7 +84,7 @@ def sync_nodes(nodes: Sequence[SlurmNode], outside_jobs: Sequence[SlurmJob], now
             )
             continue
         if node.executor != NodeExecutor.SLURM:
-            _warn_once(
+            warn_once(
                 f"clash:{node.name}",
                 f"Slurm node {node.name} is not managed: the console has a {node.executor} node of that name",
             )
@@ -94,7 +95,7 @@ def sync_nodes(nodes: Sequence[SlurmNode], outside_jobs: Sequence[SlurmJob], now
             create_nodes(actor=None, nodes=new)
             changed += len(new)
         except ValidationError as error:
-            _warn_once("create", f"Slurm nodes not added: {'; '.join(error.messages)}")
+            warn_once("create", f"Slurm nodes not added: {'; '.join(error.messages)}")
     seen = [n.name for n in nodes]
     gone = Node.objects.filter(executor=NodeExecutor.SLURM).exclude(name__in=seen)
     for node in gone:
@@ -126,7 +127,7 @@ def _follow(node: Node, slurm_node: SlurmNode, now: datetime) -> int:
             node.refresh_from_db()
             changed += 1
         except ValidationError as error:
-            _warn_once(f"resize:{node.name}", f"Slurm node {node.name} not updated: {'; '.join(error.messages)}")
+            warn_once(f"resize:{node.name}", f"Slurm node {node.name} not updated: {'; '.join(error.messages)}")
     if node.labels.get(AVAILABILITY) != slurm_node.availability or node.labels.get(REASON, "") != (
         slurm_node.reason[:200]
     ):
@@ -168,7 +169,7 @@ def _set_availability(node: Node, availability: str, reason: str, now: datetime)
 def mark_unreachable(why: str, now: datetime) -> int:
     """Slurm did not answer: one warning (again only when the sentence changes), and after
     NODE_LOST_SECONDS without an answer its nodes are not ready, the sentence as their reason."""
-    _warn_once("unreachable", f"Slurm did not answer: {why}")
+    warn_once("unreachable", f"Slurm did not answer: {why}")
     silent_since = now - timedelta(seconds=float(settings.NODE_LOST_SECONDS))
     changed = 0
     for node in Node.objects.filter(executor=NodeExecutor.SLURM):
@@ -180,4 +181,4 @@ def mark_unreachable(why: str, now: datetime) -> int:
     return changed
 
 
-__all__ = ["AVAILABILITY", "PARTITION", "REASON", "forget_warnings", "mark_unreachable", "sync_nodes"]
+__all__ = ["AVAILABILITY", "PARTITION", "REASON", "forget_warnings", "mark_unreachable", "sync_nodes", "warn_once"]

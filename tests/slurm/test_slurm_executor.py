@@ -301,3 +301,24 @@ def test_a_silent_slurmctld_makes_the_nodes_not_ready_without_a_traceback(
         == {NodeState.READY},
         what="ready again once slurmctld answers",
     )
+
+
+def test_an_output_directory_that_cannot_be_made_holds_the_submission_back_with_a_warning(
+    slurm: SlurmCluster,
+    submit: Callable[..., Job],
+    client_for: Clients,
+    member: AbstractUser,
+    settings: Any,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    settings.SLURM_OUTPUT_DIR = str(blocker / "output")
+    with caplog.at_level(logging.WARNING):
+        job = submit("held", "echo finally")
+        console_turn()
+    assert SlurmJob.objects.filter(job=job).count() == 0
+    assert any("SLURM_OUTPUT_DIR" in record.getMessage() and record.exc_info is None for record in caplog.records)
+    settings.SLURM_OUTPUT_DIR = str(tmp_path / "output")
+    settle(lambda: logs(client_for(member), job) == ["finally"], what="submitted once the directory can be made")
