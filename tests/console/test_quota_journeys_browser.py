@@ -53,7 +53,9 @@ def test_the_admin_builds_and_scales_pai_tree_from_the_page(
     page.goto(f"{live_server.url}/quotas/")
 
     # Journey 1: Quota1 = 128 with Child-level Preemption, then its children from its Actions.
-    page.get_by_role("link", name="New quota").click()
+    # With no quota yet the page offers New quota twice (the toolbar and the empty state's first
+    # step); the admin takes the toolbar's, which comes first.
+    page.get_by_role("link", name="New quota").first.click()
     dialog = page.get_by_role("dialog")
     dialog.get_by_label("Name").fill("Quota1")
     dialog.get_by_label("Guaranteed GPUs").fill("128")
