@@ -106,7 +106,13 @@ def _with_nodes_and_quotas_read_again(base: _EstimateBase, *, other_changes: Any
         fence_token=frame.fence_token,
         fence_generation=frame.fence_generation,
     )
-    snapshot = replace(base.snapshot, nodes=tuple(frame.nodes), quotas=tuple(frame.quotas), placement=frame.placement)
+    snapshot = replace(
+        base.snapshot,
+        nodes=tuple(frame.nodes),
+        quotas=tuple(frame.quotas),
+        placement=frame.placement,
+        pool_placements=frame.pool_placements,
+    )
     return _EstimateBase(
         other_changes=other_changes,
         built_at=base.built_at,

@@ -56,20 +56,28 @@ def quota_status_figures(snapshot: engine.Snapshot) -> dict[str, QuotaStatusFigu
     return figures
 
 
-def _fair_share_capacity() -> int:
-    """`engine.fairshare.cluster_capacity` from the database: every GPU of a node that takes new
-    placements, and of a cordoned or draining node the devices its jobs hold (milli-GPUs)."""
+def _fair_share_capacity() -> dict[str, int]:
+    """`engine.fairshare.cluster_capacity` from the database, per pool name: every GPU of a node
+    that takes new placements, and of a cordoned or draining node the devices its jobs hold
+    (milli-GPUs)."""
     MILLI = fairshare.MILLI
-    placeable = Node.objects.filter(state=NodeState.READY).aggregate(gpus=Sum("gpus"))["gpus"] or 0
-    held: dict[tuple[int, int], int] = {}
+    capacity: dict[str, int] = defaultdict(int)
+    placeable = (
+        Node.objects.filter(state=NodeState.READY).values_list("pool__name").annotate(gpus=Sum("gpus")).order_by()
+    )
+    for pool, gpus in placeable:
+        capacity[pool] += int(gpus or 0) * MILLI
+    held: dict[tuple[str, int, int], int] = {}
     rows = ReplicaPlacementRecord.objects.filter(
         job__state__in=HOLDING_STATES, node__state__in=(NodeState.CORDONED, NodeState.DRAINING)
-    ).values_list("node_id", "devices", "fraction")
-    for node_id, devices, fraction in raw_rows(rows):
+    ).values_list("node__pool__name", "node_id", "devices", "fraction")
+    for pool, node_id, devices, fraction in raw_rows(rows):
         milli = fairshare.to_milli(fraction) if fraction < 1 else MILLI
         for device in stored_devices(devices):
-            held[(node_id, device)] = min(MILLI, held.get((node_id, device), 0) + milli)
-    return int(placeable) * MILLI + sum(held.values())
+            held[(pool, node_id, device)] = min(MILLI, held.get((pool, node_id, device), 0) + milli)
+    for (pool, _node_id, _device), milli in held.items():
+        capacity[pool] += milli
+    return capacity
 
 
 def quota_status_summary() -> dict[str, QuotaStatusFigures]:
@@ -111,10 +119,21 @@ def quota_status_summary() -> dict[str, QuotaStatusFigures]:
         else:
             running[quota] += count
     # engine.fair_shares, with the capacity counted here: it would otherwise need the placements.
-    tree = fairshare.QuotaTree(quotas, {job.quota for job in jobs})
-    request = fairshare.subtree_requests(tree, fairshare.requests_by_leaf(tree, jobs))
-    share = fairshare.divide(tree, request, capacity, fairshare.fractional_nodes(tree, jobs))
-    fair_share = {tree.names[i]: share[i] / fairshare.MILLI for i in range(len(tree))}
+    # Each pool divides its own capacity among its own tree (engine.pools).
+    fair_share: dict[str, float] = {}
+    pool_of = {member.name: member.pool for member in quotas}
+    pool_quotas: dict[str, list[engine.Quota]] = defaultdict(list)
+    pool_jobs: dict[str, list[engine.Job]] = defaultdict(list)
+    for member in quotas:
+        pool_quotas[member.pool].append(member)
+    for job in jobs:
+        pool_jobs[pool_of[job.quota]].append(job)
+    for pool, members in pool_quotas.items():
+        asking = pool_jobs[pool]
+        tree = fairshare.QuotaTree(members, {job.quota for job in asking})
+        request = fairshare.subtree_requests(tree, fairshare.requests_by_leaf(tree, asking))
+        share = fairshare.divide(tree, request, capacity.get(pool, 0), fairshare.fractional_nodes(tree, asking))
+        fair_share.update({tree.names[i]: share[i] / fairshare.MILLI for i in range(len(tree))})
     parent_of = {quota.name: quota.parent for quota in quotas}
     figures: dict[str, QuotaStatusFigures] = {
         quota.name: QuotaStatusFigures(

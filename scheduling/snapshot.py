@@ -229,6 +229,7 @@ def engine_quotas() -> tuple[dict[int, str], list[engine.Quota]]:
             "same_level_preemption",
             "queue_policy",
             "min_runtime_seconds",
+            "pool__name",
         )
     )
     quota_names: dict[int, str] = {row[0]: row[1] for row in quota_rows}
@@ -247,6 +248,7 @@ def engine_quotas() -> tuple[dict[int, str], list[engine.Quota]]:
             queue_policy=queue_policy,
             min_runtime_seconds=None if min_runtime is None else float(min_runtime),
             created_order=order,
+            pool=pool,
         )
         for order, (
             _id,
@@ -262,18 +264,20 @@ def engine_quotas() -> tuple[dict[int, str], list[engine.Quota]]:
             same_level_preemption,
             queue_policy,
             min_runtime,
+            pool,
         ) in enumerate(quota_rows)
     ]
     return quota_names, quotas
 
 
 class NodesAndQuotas(NamedTuple):
-    """What a snapshot reads besides the jobs: the fence, the pool's placement policy, the nodes
+    """What a snapshot reads besides the jobs: the fence, the pools' placement policies, the nodes
     and the quota tree (a few thousand rows at most; the jobs are the bulk)."""
 
     fence_token: int
     fence_generation: int
     placement: str
+    pool_placements: tuple[tuple[str, str], ...]
     nodes: list[engine.Node]
     node_names: dict[int, str]
     quota_names: dict[int, str]
@@ -281,17 +285,21 @@ class NodesAndQuotas(NamedTuple):
 
 
 def read_nodes_and_quotas() -> NodesAndQuotas:
-    """The fence first (see `build_snapshot`), then the pool, the nodes and the quotas, in four queries."""
+    """The fence first (see `build_snapshot`), then the pools, the nodes and the quotas, in four
+    queries. Each node and quota carries its pool's name, and the engine schedules each pool on
+    its own (engine.pools)."""
     fence = SchedulerFence.objects.filter(pk=SchedulerFence.SINGLETON_ID).values_list("token", "generation").first()
     fence_token, fence_generation = fence if fence is not None else (0, 0)
 
-    pool = ResourcePool.objects.order_by("id").values_list("placement", flat=True).first()
-    placement = pool if pool is not None else engine_types.PACK
+    pool_placements = tuple(ResourcePool.objects.order_by("id").values_list("name", "placement"))
+    placement = pool_placements[0][1] if pool_placements else engine_types.PACK
 
     nodes: list[engine.Node] = []
     node_names: dict[int, str] = {}
-    node_rows = raw_rows(Node.objects.order_by("id").values_list("id", "name", "gpus", "cpu", "memory_gib", "state"))
-    for node_id, name, gpus, cpu, memory_gib, state in node_rows:
+    node_rows = raw_rows(
+        Node.objects.order_by("id").values_list("id", "name", "gpus", "cpu", "memory_gib", "state", "pool__name")
+    )
+    for node_id, name, gpus, cpu, memory_gib, state, pool in node_rows:
         nodes.append(
             engine.Node(
                 name=name,
@@ -302,12 +310,15 @@ def read_nodes_and_quotas() -> NodesAndQuotas:
                 ready=state != NodeState.NOT_READY,
                 schedulable=state == NodeState.READY,
                 draining=state == NodeState.DRAINING,
+                pool=pool,
             )
         )
         node_names[node_id] = name
 
     quota_names, quotas = engine_quotas()
-    return NodesAndQuotas(fence_token, fence_generation, placement, nodes, node_names, quota_names, quotas)
+    return NodesAndQuotas(
+        fence_token, fence_generation, placement, pool_placements, nodes, node_names, quota_names, quotas
+    )
 
 
 def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
@@ -368,6 +379,7 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
         jobs=tuple(jobs),
         now=now.timestamp(),
         placement=frame.placement,
+        pool_placements=frame.pool_placements,
     )
     return snapshot, index
 

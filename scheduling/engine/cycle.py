@@ -17,6 +17,7 @@ from scheduling.engine.actions.grow import grow
 from scheduling.engine.actions.reclaim import reclaim_and_preempt
 from scheduling.engine.explain import pending_reasons
 from scheduling.engine.fairshare import MILLI
+from scheduling.engine.pools import merge, single_pool, split_by_pool
 from scheduling.engine.session import Session
 from scheduling.engine.status import quota_status
 from scheduling.engine.types import (
@@ -35,7 +36,17 @@ ACTIONS: tuple[Callable[[Session], None], ...] = (drain, allocate, consolidate, 
 
 
 def schedule(snapshot: Snapshot) -> CycleResult:
-    """Run one cycle over the snapshot and return the decisions, in the order to apply them."""
+    """Run one cycle over the snapshot and return the decisions, in the order to apply them.
+
+    Each resource pool is scheduled on its own over its part of the snapshot (engine.pools).
+    """
+    if single_pool(snapshot):
+        return schedule_pool(snapshot)
+    return merge([schedule_pool(part) for _pool, part in split_by_pool(snapshot)])
+
+
+def schedule_pool(snapshot: Snapshot) -> CycleResult:
+    """One cycle over a snapshot of one pool."""
     session = Session(snapshot)
     for action in ACTIONS:
         action(session)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from scheduling.engine.pools import single_pool, split_by_pool
 from scheduling.engine.types import FIFO, PENDING, Job, Quota, Snapshot
 
 MILLI = 1000
@@ -402,7 +403,13 @@ def cluster_capacity(snapshot: Snapshot) -> int:
 
 
 def fair_shares(snapshot: Snapshot) -> dict[str, float]:
-    """Fair share in GPUs of every quota (self leaves are reported under "<parent>/self")."""
+    """Fair share in GPUs of every quota (self leaves are reported under "<parent>/self"); each
+    pool divides its own capacity (engine.pools)."""
+    if not single_pool(snapshot):
+        shares: dict[str, float] = {}
+        for _pool, part in split_by_pool(snapshot):
+            shares.update(fair_shares(part))
+        return shares
     owners = {job.quota for job in snapshot.jobs}
     tree = QuotaTree(snapshot.quotas, owners)
     request = subtree_requests(tree, requests_by_leaf(tree, snapshot.jobs))

@@ -71,6 +71,7 @@ class Node:
     ready: bool = True
     schedulable: bool = True
     draining: bool = False
+    pool: str = ""  # its resource pool's name; one pool ("") when no node or quota names one
 
     @property
     def placeable(self) -> bool:
@@ -95,6 +96,7 @@ class Quota:
     queue_policy: str = BEST_EFFORT
     min_runtime_seconds: float | None = None  # None inherits from the parent (root: 0)
     created_order: int = 0
+    pool: str = ""  # a root's pool; a child's is its parent's (the snapshot builder gives it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +138,11 @@ class Snapshot:
     jobs: tuple[Job, ...]
     now: float
     placement: str = PACK
+    # (pool, placement) per pool; a pool not listed places by `placement` (SCHEDULING.md "Pool").
+    pool_placements: tuple[tuple[str, str], ...] = ()
+    # The part of the per-cycle bounds (engine.bounds) this snapshot may spend: below 1 for one
+    # pool of several (engine.pools), so that a cycle over many pools stays as fast as one.
+    bound_share: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

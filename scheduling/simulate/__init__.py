@@ -8,12 +8,12 @@
 
 from __future__ import annotations
 
+from scheduling.simulate.cycle_lock import InProcessCycleLock
 from scheduling.simulate.output import format_checkpoint
 from scheduling.simulate.parse import load_scenario, parse_document, parse_scenario
 from scheduling.simulate.run import (
     SIMULATE_USERNAME,
     SIMULATION_START,
-    InProcessCycleLock,
     ScenarioRunner,
     play,
     throwaway_database,

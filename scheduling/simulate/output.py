@@ -11,8 +11,11 @@ from scheduling.simulate.scenario import (
 def format_checkpoint(checkpoint: Checkpoint) -> str:
     """One table of quotas and one of jobs, as a person reads them in a terminal."""
     lines = [f"== checkpoint {checkpoint.name} at t={show(float(checkpoint.time))}s =="]
+    # A pool column only where there is more than one pool: a one-pool table reads as before.
+    several_pools = len({f.get("pool") for f in checkpoint.quotas.values()}) > 1
     quota_rows = [
         [
+            *([str(f["pool"])] if several_pools else []),
             name,
             *(show(float(f[key])) for key in ("guaranteed", "fair_share", "allocated", "allocated_self")),
             str(f["running"]),
@@ -21,7 +24,11 @@ def format_checkpoint(checkpoint: Checkpoint) -> str:
         for name, f in checkpoint.quotas.items()
     ]
     lines += _table(
-        ["quota", "guaranteed", "fair_share", "allocated", "allocated_self", "running", "pending"], quota_rows
+        [
+            *(["pool"] if several_pools else []),
+            *("quota", "guaranteed", "fair_share", "allocated", "allocated_self", "running", "pending"),
+        ],
+        quota_rows,
     )
     lines.append("")
     job_rows = []

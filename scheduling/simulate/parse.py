@@ -6,20 +6,30 @@ the quota services; `run.play` reports their errors in the same shape.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from quotas import services as quota_services
+from scheduling.simulate.fields import (
+    _boolean,
+    _choice,
+    _integer,
+    _known_keys,
+    _list,
+    _mapping,
+    _number,
+    _optional,
+    _quota_fields,
+    _string,
+)
 from scheduling.simulate.scenario import (
     END_ACTIONS,
     KINDS,
     NODE_ACTIONS,
     PLACEMENTS,
-    QUEUE_POLICIES,
     SETTABLE_QUOTA_FIELDS,
     STEP_ACTIONS,
     AdvanceStep,
@@ -27,6 +37,7 @@ from scheduling.simulate.scenario import (
     EndJobStep,
     JobSpec,
     NodeStateStep,
+    PoolSpec,
     QuotaSpec,
     ScaleStep,
     Scenario,
@@ -77,18 +88,24 @@ class _Parser:
         self.quota_names: list[str] = []
         self.workspace_quotas: dict[str, tuple[str, ...]] = {}
         self.job_steps: dict[str, int] = {}
+        self.pools: tuple[PoolSpec, ...] = ()
+        self.node_pools: dict[str, str] = {}
 
     def scenario(self, document: object) -> Scenario:
         where = "scenario"
         top = _mapping(document, where, None, "a mapping with nodes, quotas and steps")
-        _known_keys(top, where, ("name", "description", "pool", "nodes", "quotas", "workspaces", "steps"))
+        _known_keys(top, where, ("name", "description", "pool", "pools", "nodes", "quotas", "workspaces", "steps"))
         name = _string(top.get("name", "scenario"), where, "name")
         description = _string(top.get("description", ""), where, "description", allow_empty=True)
         placement = "pack"
+        if "pool" in top and "pools" in top:
+            raise ScenarioError(where, "pools", "give either pool: (one pool) or pools: (several), not both")
         if "pool" in top:
             pool = _mapping(top["pool"], where, "pool", "a mapping like {placement: pack}")
             _known_keys(pool, "pool", ("placement",))
             placement = _choice(pool.get("placement", "pack"), "pool", "placement", PLACEMENTS)
+        if "pools" in top:
+            self.pools = self.pool_list(_list(top["pools"], where, "pools", required=True))
         nodes = self.nodes(_list(top.get("nodes"), where, "nodes", required=True))
         quotas = self.quotas(_list(top.get("quotas"), where, "quotas", required=True))
         default_workspaces = top.get("workspaces") is None
@@ -108,9 +125,45 @@ class _Parser:
             workspaces=workspaces,
             steps=steps,
             default_workspaces=default_workspaces,
+            pools=self.pools,
+            node_pools=self.node_pools,
         )
 
     # -- cluster ------------------------------------------------------------------------------
+
+    def pool_list(self, raw_pools: list[Any]) -> tuple[PoolSpec, ...]:
+        pools: list[PoolSpec] = []
+        for index, raw in enumerate(raw_pools, start=1):
+            where = f"pools[{index}]"
+            entry = _mapping(raw, where, None, "a mapping like {name: h100, placement: pack}")
+            where = f"pool {entry['name']!r}" if isinstance(entry.get("name"), str) else where
+            _known_keys(entry, where, ("name", "placement"))
+            name = _string(entry.get("name"), where, "name")
+            if any(pool.name == name for pool in pools):
+                raise ScenarioError(where, "name", f"duplicate pool name {name!r}")
+            pools.append(
+                PoolSpec(name=name, placement=_choice(entry.get("placement", "pack"), where, "placement", PLACEMENTS))
+            )
+        if not pools:
+            raise ScenarioError("scenario", "pools", "pools: needs at least one pool")
+        return tuple(pools)
+
+    def pool_of(self, entry: Mapping[str, Any], where: str, *, required: bool) -> str | None:
+        """The pool an entry names: required of nodes and roots when the scenario lists `pools:`."""
+        if not self.pools:
+            if "pool" in entry:
+                raise ScenarioError(where, "pool", "name pools first: a top-level pools: list (SCENARIOS.md)")
+            return None
+        if "pool" not in entry:
+            if required:
+                names = ", ".join(pool.name for pool in self.pools)
+                raise ScenarioError(where, "pool", f"the scenario lists pools, so this names one of them: {names}")
+            return None
+        name = _string(entry["pool"], where, "pool")
+        if all(pool.name != name for pool in self.pools):
+            names = ", ".join(pool.name for pool in self.pools)
+            raise ScenarioError(where, "pool", f"unknown pool {name!r}; the scenario's pools are {names}")
+        return name
 
     def nodes(self, raw_nodes: list[Any]) -> tuple[quota_services.NewNode, ...]:
         nodes: list[quota_services.NewNode] = []
@@ -118,7 +171,8 @@ class _Parser:
             where = f"nodes[{index}]"
             entry = _mapping(raw, where, None, "a mapping like {name: gpu, count: 2, gpus: 8}")
             where = f"node {entry['name']!r}" if isinstance(entry.get("name"), str) else where
-            _known_keys(entry, where, ("name", "count", "gpus", "cpu", "memory_gib", "gpu_model"))
+            _known_keys(entry, where, ("name", "count", "gpus", "cpu", "memory_gib", "gpu_model", "pool"))
+            pool = self.pool_of(entry, where, required=True)
             base = _string(entry.get("name"), where, "name")
             count = _integer(entry.get("count", 1), where, "count", minimum=1)
             gpus = _integer(entry.get("gpus"), where, "gpus", minimum=0)
@@ -130,6 +184,8 @@ class _Parser:
                 if node_name in self.node_names:
                     raise ScenarioError(where, "name", f"duplicate node name {node_name!r}")
                 self.node_names.append(node_name)
+                if pool is not None:
+                    self.node_pools[node_name] = pool
                 nodes.append(
                     quota_services.NewNode(name=node_name, gpus=gpus, cpu=cpu, memory_gib=memory, gpu_model=model)
                 )
@@ -140,22 +196,29 @@ class _Parser:
     def quotas(self, raw_quotas: list[Any]) -> tuple[QuotaSpec, ...]:
         quotas: list[QuotaSpec] = []
 
-        def walk(raw_level: list[Any], parent: str | None, where_list: str) -> None:
+        def walk(raw_level: list[Any], parent: str | None, root_pool: str | None, where_list: str) -> None:
             for index, raw in enumerate(raw_level, start=1):
                 where = f"{where_list}[{index}]"
                 entry = _mapping(raw, where, None, "a mapping like {name: team-a, gpus: 8}")
                 if isinstance(entry.get("name"), str):
                     where = f"quota {entry['name']!r}"
-                _known_keys(entry, where, ("name", "children", *SETTABLE_QUOTA_FIELDS))
+                _known_keys(entry, where, ("name", "children", "pool", *SETTABLE_QUOTA_FIELDS))
                 name = _string(entry.get("name"), where, "name")
                 if name in self.quota_names:
                     raise ScenarioError(where, "name", f"duplicate quota name {name!r}")
+                pool = self.pool_of(entry, where, required=parent is None)
+                if parent is not None and pool is not None and pool != root_pool:
+                    raise ScenarioError(
+                        where, "pool", f"a child has its parent's pool {root_pool!r}; it cannot name {pool!r}"
+                    )
+                pool = pool if parent is None else root_pool
                 self.quota_names.append(name)
                 options = _quota_fields(entry, where)
-                quotas.append(QuotaSpec(name=name, parent=parent, gpus=options.pop("gpus", 0.0), **options))
-                walk(_list(entry.get("children", []), where, "children", required=False), name, f"{where}.children")
+                quotas.append(QuotaSpec(name=name, parent=parent, gpus=options.pop("gpus", 0.0), pool=pool, **options))
+                children = _list(entry.get("children", []), where, "children", required=False)
+                walk(children, name, pool, f"{where}.children")
 
-        walk(raw_quotas, None, "quotas")
+        walk(raw_quotas, None, None, "quotas")
         if not quotas:
             raise ScenarioError("scenario", "quotas", "the tree needs at least one quota")
         return tuple(quotas)
@@ -333,110 +396,3 @@ class _Parser:
         if quota not in self.workspace_quotas[workspace]:
             raise ScenarioError(where, "quota", f"quota {quota!r} is not bound to workspace {workspace!r}")
         return workspace
-
-
-# ---------------------------------------------------------------------------------------------
-# Field checks: each names the field and shows the value it got
-
-
-def _mapping(value: object, where: str, field_name: str | None, expected: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ScenarioError(where, field_name, f"must be {expected}, got {show(value)}")
-    return value
-
-
-def _list(value: object, where: str, field_name: str, *, required: bool) -> list[Any]:
-    if value is None and not required:
-        return []
-    if not isinstance(value, list):
-        raise ScenarioError(where, field_name, f"must be a list, got {show(value)}")
-    return value
-
-
-def _known_keys(entry: Mapping[str, Any], where: str, known: Sequence[str]) -> None:
-    for key in entry:
-        if key not in known:
-            raise ScenarioError(where, str(key), f"unknown field; known: {', '.join(known)}")
-
-
-def _string(value: object, where: str, field_name: str, *, allow_empty: bool = False) -> str:
-    if value is None and not allow_empty:
-        raise ScenarioError(where, field_name, "is required")
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise ScenarioError(where, field_name, f"must be a string, got {show(value)}")
-    text = str(value)
-    if not text and not allow_empty:
-        raise ScenarioError(where, field_name, "must not be empty")
-    return text
-
-
-def _number(value: object, where: str, field_name: str) -> float:
-    """A finite amount ≥ 0 (GPU, CPU, memory, seconds): negative amounts are refused here."""
-    if value is None:
-        raise ScenarioError(where, field_name, "is required")
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ScenarioError(where, field_name, f"must be a number, got {show(value)}")
-    number = float(value)
-    if not math.isfinite(number):
-        raise ScenarioError(where, field_name, f"must be a finite number, got {show(value)}")
-    if number < 0:
-        raise ScenarioError(where, field_name, f"must be ≥ 0, got {show(number)}")
-    return number
-
-
-def _integer(value: object, where: str, field_name: str, *, minimum: int) -> int:
-    if value is None:
-        raise ScenarioError(where, field_name, "is required")
-    if isinstance(value, bool) or not isinstance(value, int | float) or not float(value).is_integer():
-        raise ScenarioError(where, field_name, f"must be a whole number, got {show(value)}")
-    if value < minimum:
-        raise ScenarioError(where, field_name, f"must be ≥ {minimum}, got {show(value)}")
-    return int(value)
-
-
-def _signed_integer(value: object, where: str, field_name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not float(value).is_integer():
-        raise ScenarioError(where, field_name, f"must be a whole number, got {show(value)}")
-    return int(value)
-
-
-def _boolean(value: object, where: str, field_name: str) -> bool:
-    if not isinstance(value, bool):
-        raise ScenarioError(where, field_name, f"must be true or false, got {show(value)}")
-    return value
-
-
-def _choice(value: object, where: str, field_name: str, choices: Sequence[str]) -> str:
-    if value not in choices:
-        raise ScenarioError(where, field_name, f"must be one of {', '.join(choices)}, got {show(value)}")
-    return str(value)
-
-
-def _optional(entry: Mapping[str, Any], key: str, convert: Any) -> Any:
-    value = entry.get(key)
-    return None if value is None else convert(value)
-
-
-def _quota_fields(entry: Mapping[str, Any], where: str, *, nullable: bool = False) -> dict[str, Any]:
-    """The quota fields present in `entry`, typed; `nullable` lets a set step clear limit/weight."""
-    fields: dict[str, Any] = {}
-    clearable = ("cpu", "memory_gib", "limit", "weight", "min_runtime_seconds")
-    for key in SETTABLE_QUOTA_FIELDS:
-        if key not in entry:
-            continue
-        value = entry[key]
-        if value is None:
-            if not (nullable and key in clearable):
-                raise ScenarioError(where, key, "must not be empty")
-            fields[key] = None
-        elif key in ("gpus", "cpu", "memory_gib", "limit", "weight"):
-            fields[key] = _number(value, where, key)
-        elif key == "rank":
-            fields[key] = _signed_integer(value, where, key)
-        elif key == "min_runtime_seconds":
-            fields[key] = _integer(value, where, key, minimum=0)
-        elif key == "queue_policy":
-            fields[key] = _choice(value, where, key, QUEUE_POLICIES)
-        else:
-            fields[key] = _boolean(value, where, key)
-    return fields

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,8 +30,8 @@ from scheduling import services as job_services
 from scheduling import triggers
 from scheduling.clock import SimulatedClock, use_clock
 from scheduling.cycle import ensure_fence
-from scheduling.lock import CycleLease, holder_name, issue_token
 from scheduling.models import Job, JobState, ReplicaPlacementRecord
+from scheduling.simulate.cycle_lock import InProcessCycleLock
 from scheduling.simulate.scenario import (
     SETTABLE_QUOTA_FIELDS,
     AdvanceStep,
@@ -41,6 +40,7 @@ from scheduling.simulate.scenario import (
     EndJobStep,
     JobSpec,
     NodeStateStep,
+    QuotaSpec,
     ScaleStep,
     Scenario,
     ScenarioError,
@@ -66,31 +66,6 @@ def _scenario_error(where: str, error: ValidationError | PermissionDenied) -> Sc
         field_name, messages = next(iter(error.message_dict.items()))
         return ScenarioError(where, None if field_name == NON_FIELD_ERRORS else field_name, " ".join(messages))
     return ScenarioError(where, None, " ".join(error.messages))
-
-
-class InProcessCycleLock:
-    """The cycle lock of a simulation: its database is private, so a lock in this process is
-    enough, and simulate needs no Redis and never contends with a running console's lock."""
-
-    backend = "in-process"
-
-    def __init__(self) -> None:
-        self._mutex = threading.Lock()
-
-    def acquire(self, *, wait_seconds: float = 0.0) -> CycleLease | None:
-        if not self._mutex.acquire(timeout=wait_seconds if wait_seconds > 0 else -1):
-            return None
-        try:
-            return CycleLease(token=issue_token(), holder=holder_name(), backend=self.backend)
-        except BaseException:
-            self._mutex.release()
-            raise
-
-    def release(self, lease: CycleLease) -> None:
-        self._mutex.release()
-
-    def holder(self) -> str | None:
-        return "simulate" if self._mutex.locked() else None
 
 
 class ScenarioRunner:
@@ -120,25 +95,42 @@ class ScenarioRunner:
         self.actor = user_model.objects.create_superuser(username=SIMULATE_USERNAME, email="", password=None)
         with transaction.atomic():
             self.set_up_cluster()
+            self.set_up_workspaces()
         self.converge()
 
     def set_up_cluster(self) -> None:
-        # The quota services have no pool writer (one default pool); its placement is the
-        # one setting a scenario gives the pool, so it is written here before any node.
-        pool, _ = ResourcePool.objects.update_or_create(
-            name=ResourcePool.DEFAULT_NAME, defaults={"placement": self.scenario.placement}
-        )
+        pools = self.make_pools()
+        for pool_name, pool in pools.items():
+            self.set_up_pool(pool, pool_name)
+
+    def make_pools(self) -> dict[str | None, ResourcePool]:
+        """The scenario's pools by name (None: the default pool of a scenario without `pools:`)."""
+        if not self.scenario.pools:
+            # The placement is the one setting `pool:` gives the default pool; written before any node.
+            pool, _ = ResourcePool.objects.update_or_create(
+                name=ResourcePool.DEFAULT_NAME, defaults={"placement": self.scenario.placement}
+            )
+            return {None: pool}
+        made: dict[str | None, ResourcePool] = {}
+        for spec in self.scenario.pools:
+            try:
+                made[spec.name] = quota_services.create_pool(actor=self.actor, name=spec.name, placement=spec.placement)
+            except (ValidationError, PermissionDenied) as error:
+                raise _scenario_error(f"pool {spec.name!r}", error) from None
+        return made
+
+    def set_up_pool(self, pool: ResourcePool, pool_name: str | None) -> None:
+        """The nodes and the quota tree of one pool (of every node and quota without `pools:`)."""
+        node_pools = self.scenario.node_pools
+        node_specs = [spec for spec in self.scenario.nodes if node_pools.get(spec.name) == pool_name]
+        quota_specs = [spec for spec in self.scenario.quotas if spec.pool == pool_name]
         # All nodes in one service call (one insert of nodes, one of devices); if it refuses,
         # they are created one by one instead, so that the refusal names the first bad node.
         try:
             with transaction.atomic():
-                nodes = quota_services.create_nodes(
-                    actor=self.actor,
-                    pool=pool,
-                    nodes=self.scenario.nodes,
-                )
+                nodes = quota_services.create_nodes(actor=self.actor, pool=pool, nodes=node_specs)
         except (ValidationError, PermissionDenied):
-            self.create_nodes_one_by_one(pool)
+            self.create_nodes_one_by_one(pool, node_specs)
         else:
             self.nodes.update({node.name: node for node in nodes})
         # The whole tree in one service call (one lock, one validation, one insert per level);
@@ -160,13 +152,15 @@ class ScenarioRunner:
                                 if name != "gpus" and getattr(spec, name) is not None
                             },
                         )
-                        for spec in self.scenario.quotas
+                        for spec in quota_specs
                     ],
                 )
         except (ValidationError, PermissionDenied):
-            self.create_quotas_one_by_one(pool)
+            self.create_quotas_one_by_one(pool, quota_specs)
         else:
             self.quotas.update({quota.name: quota for quota in created})
+
+    def set_up_workspaces(self) -> None:
         for workspace_spec in self.scenario.workspaces:
             try:
                 self.workspaces[workspace_spec.name] = workspace_services.create_workspace(
@@ -178,16 +172,16 @@ class ScenarioRunner:
             except (ValidationError, PermissionDenied) as error:
                 raise _scenario_error(f"workspace {workspace_spec.name!r}", error) from None
 
-    def create_nodes_one_by_one(self, pool: ResourcePool) -> None:
-        for spec in self.scenario.nodes:
+    def create_nodes_one_by_one(self, pool: ResourcePool, specs: list[quota_services.NewNode]) -> None:
+        for spec in specs:
             try:
                 node = quota_services.create_node(actor=self.actor, pool=pool, **asdict(spec))
             except (ValidationError, PermissionDenied) as error:
                 raise _scenario_error(f"node {spec.name!r}", error) from None
             self.nodes[spec.name] = node
 
-    def create_quotas_one_by_one(self, pool: ResourcePool) -> None:
-        for quota_spec in self.scenario.quotas:
+    def create_quotas_one_by_one(self, pool: ResourcePool, specs: list[QuotaSpec]) -> None:
+        for quota_spec in specs:
             options = {
                 name: getattr(quota_spec, name)
                 for name in SETTABLE_QUOTA_FIELDS
@@ -344,7 +338,7 @@ class ScenarioRunner:
     # -- reading the state --------------------------------------------------------------------
 
     def checkpoint(self, name: str) -> Checkpoint:
-        quotas = list(Quota.objects.order_by("id"))
+        quotas = list(Quota.objects.select_related("pool").order_by("id"))
         status = quota_hooks.quota_status(quotas)
         quota_figures: dict[str, dict[str, Any]] = {}
         for quota in quotas:
@@ -356,6 +350,7 @@ class ScenarioRunner:
                 "allocated_self": figure(figures["allocated_self"]),
                 "running": figures["running"],
                 "pending": figures["pending"],
+                "pool": quota.pool.name,
             }
         # Every job of the private database is one of the scenario's, so no id filter (a list
         # of 10,000 ids is more than SQLite parses); three queries whatever the size.

@@ -65,6 +65,15 @@ class QuotaSpec:
     same_level_preemption: bool = False
     queue_policy: str = "best_effort"
     min_runtime_seconds: int | None = None
+    pool: str | None = None  # a root's pool when the scenario lists `pools:`; a child has its root's
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSpec:
+    """One pool of a scenario's `pools:` list (SCENARIOS.md, "Several pools")."""
+
+    name: str
+    placement: str = "pack"
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +168,9 @@ class Scenario:
     workspaces: tuple[WorkspaceSpec, ...]
     steps: tuple[Step, ...]
     default_workspaces: bool = field(default=False)
+    # `pools:`: the pools, and each node's pool by node name; empty: one default pool.
+    pools: tuple[PoolSpec, ...] = ()
+    node_pools: dict[str, str] = field(default_factory=dict)
 
 
 def step_label(step: Step) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
+from quotas import selectors
 from quotas import services as quota_services
 from quotas.models import Node, Quota, ResourcePool
 from scheduling import services
@@ -45,3 +46,33 @@ def test_a_node_with_jobs_on_it_does_not_change_pools_and_the_jobs_are_named(
     ]
     assert Node.objects.get(pk=node.pk).pool_id == cluster.pool.pk
     assert Quota.objects.get(name="batch").pool_id == a100.pk
+
+
+def test_one_cycle_places_each_job_on_its_quotas_pool_and_lends_nothing_across(
+    cluster: Cluster, a100: ResourcePool
+) -> None:
+    # The default pool (16 GPUs) is idle; a100 (8) is asked for 16: half waits, none crosses over.
+    for number in (1, 2):
+        cluster.submit(f"batch-{number}", quota="batch", gpus=8)
+    cluster.submit("vision", quota="team-a", gpus=8)
+    services.converge()
+
+    assert (cluster.state("batch-1"), nodes_of(cluster.job("batch-1"))) == ("running", {"a-1"})
+    assert cluster.state("batch-2") == "pending"
+    assert cluster.job("batch-2").reason_code == "insufficient_capacity"
+    assert nodes_of(cluster.job("vision")) <= {"gpu-1", "gpu-2"}
+
+
+def test_fair_shares_divide_each_pools_own_capacity(cluster: Cluster, a100: ResourcePool) -> None:
+    cluster.submit("batch-1", quota="batch", gpus=8)
+    cluster.submit("team-a-1", quota="team-a", gpus=8)
+    cluster.submit("team-a-2", quota="team-a", gpus=8)
+    services.converge()
+
+    quotas = list(Quota.objects.filter(name__in=["batch", "Quota1", "team-a"]).order_by("name"))
+    statuses = selectors.quota_statuses(quotas)
+    assert {quota.name: statuses[quota.pk]["fair_share"] for quota in quotas} == {
+        "Quota1": 16,
+        "batch": 8,
+        "team-a": 16,
+    }

@@ -62,8 +62,10 @@ def test_json_has_exactly_the_keys_of_scenarios_md(tmp_path: Path, django_db_blo
         "allocated_self",
         "running",
         "pending",
+        "pool",  # SCENARIOS.md: each quota also carries its pool's name
     }
     assert checkpoint["quotas"]["team-a"]["guaranteed"] == 4
+    assert checkpoint["quotas"]["team-a"]["pool"] == "default"
     fits = checkpoint["jobs"]["fits"]
     assert set(fits) == {"state", "quota", "gpus", "replicas", "nodes", "preemptions", "reason"}
     assert fits == {

@@ -29,8 +29,9 @@ def consolidate(session: Session) -> None:
     attempts = 0
     failed_sizes: list[tuple[int, int]] = []
     by_node: dict[int, list[int]] | None = None
+    most_attempts = bounds.share_of(bounds.MAX_CONSOLIDATIONS, session.snapshot.bound_share)
     for job in session.tried:
-        if attempts >= bounds.MAX_CONSOLIDATIONS or cluster.free_total == 0:
+        if attempts >= most_attempts or cluster.free_total == 0:
             break
         if session.state[job] != PENDING or session.reasons.get(job, ("",))[0] != INSUFFICIENT_CAPACITY:
             continue

@@ -72,8 +72,11 @@ def reclaim_and_preempt(session: Session) -> None:
     missed_candidates = 0
     failed: dict[int, list[tuple[int, int, int]]] = {}
     blocked_fifo: set[int] = set()
+    share = session.snapshot.bound_share
+    most_found = bounds.share_of(bounds.MAX_VICTIM_SEARCHES, share)
+    most_missed = bounds.share_of(bounds.MAX_FAILED_CANDIDATES, share)
     for job in session.tried:
-        if found >= bounds.MAX_VICTIM_SEARCHES or missed_candidates >= bounds.MAX_FAILED_CANDIDATES:
+        if found >= most_found or missed_candidates >= most_missed:
             break
         if session.state[job] != PENDING or session.promised[job]:
             continue

@@ -101,7 +101,7 @@ def play(base: Snapshot, jobs: tuple[Job, ...]) -> tuple[Snapshot, list[CycleRes
     snapshot = base
     results: list[CycleResult] = []
     for job in jobs:
-        snapshot = Snapshot(snapshot.nodes, snapshot.quotas, (*snapshot.jobs, job), snapshot.now, snapshot.placement)
+        snapshot = replace(snapshot, jobs=(*snapshot.jobs, job))  # keeps every other field (pools)
         for _ in range(30):
             result = schedule(snapshot)
             results.append(result)
@@ -161,7 +161,7 @@ def play_steps(base: Snapshot, jobs: tuple[Job, ...]) -> list[tuple[Snapshot, Cy
     snapshot = base
     steps: list[tuple[Snapshot, CycleResult]] = []
     for job in jobs:
-        snapshot = Snapshot(snapshot.nodes, snapshot.quotas, (*snapshot.jobs, job), snapshot.now, snapshot.placement)
+        snapshot = replace(snapshot, jobs=(*snapshot.jobs, job))  # keeps every other field (pools)
         for _ in range(30):
             result = schedule(snapshot)
             steps.append((snapshot, result))

@@ -292,3 +292,37 @@ def test_transfer_scale_and_set(simulate: Simulate) -> None:
     assert {name: q["guaranteed"] for name, q in changed["quotas"].items()} == {"team-a": 6, "team-b": 10}
     assert allocated(changed) == {"team-a": 6, "team-b": 10}
     assert changed["jobs"]["a-job-12"]["reason"]["code"] == "quota_limit"
+
+
+def test_two_pools_schedule_apart(simulate: Simulate) -> None:
+    run = simulate("two-pools")
+    apart = run["pools-apart"]
+    assert {name: quota["pool"] for name, quota in apart["quotas"].items()} == {
+        "vision": "h100",
+        "vision.train": "h100",
+        "vision.serve": "h100",
+        "batch": "a100",
+        "eval": "a100",
+    }
+    # h100 has 16 GPUs: two 8-GPU trainings run, the third waits; a100's idle GPUs are not lent.
+    assert states(apart, "train-1", "train-2", "train-3") == {
+        "train-1": "running",
+        "train-2": "running",
+        "train-3": "pending",
+    }
+    assert {node for job in ("train-1", "train-2") for node in apart["jobs"][job]["nodes"]} == {"h-1", "h-2"}
+    assert apart["quotas"]["vision"]["fair_share"] == 16
+    # a100: batch (12) borrows eval's idle 4; spread puts one sweep on each node.
+    assert jobs_in(apart, "sweep", "running") == ["sweep-1", "sweep-2", "sweep-3", "sweep-4"]
+    assert sorted(apart["jobs"][f"sweep-{n}"]["nodes"][0] for n in range(1, 5)) == ["a-1", "a-2", "a-3", "a-4"]
+    assert allocated(apart) == {"vision": 16, "vision.train": 16, "vision.serve": 0, "batch": 16, "eval": 0}
+
+    back = run["eval-takes-back-its-guarantee"]
+    assert allocated(back) == {"vision": 16, "vision.train": 16, "vision.serve": 0, "batch": 12, "eval": 4}
+    assert states(back, "check-1", "check-2") == {"check-1": "running", "check-2": "running"}
+    assert jobs_in(back, "sweep", "pending") == ["sweep-4"]
+    for job in ("train-1", "train-2"):  # nothing moved in h100
+        assert (back["jobs"][job]["nodes"], back["jobs"][job]["preemptions"]) == (
+            apart["jobs"][job]["nodes"],
+            0,
+        )
