@@ -184,7 +184,9 @@ def test_a_cancel_stops_the_slurm_job_and_frees_the_gpus_only_once_it_is_gone(
 ) -> None:
     # Four GPUs in all: the follower fits only once the sleeper's GPUs are free. The sleeper
     # ignores SIGTERM: only the SIGKILL at the end of its grace ends it.
-    grace = 2.0
+    # Long enough that the cancel request (its cycles and ticks) returns well within it, even on a
+    # loaded machine: the job is still releasing when it answers.
+    grace = 4.0
     sleeper = submit("sleeper", 'trap "" TERM; echo ready; sleep 120', gpus=2, grace_seconds=grace)
     other = submit("other", "sleep 120", gpus=2)
     settle(lambda: logs(client_for(member), sleeper) == ["ready"], what="the sleeper runs")
