@@ -39,6 +39,14 @@ class NodeChanges(TypedDict, total=False):
     pool: ResourcePool
 
 
+# A Slurm node is the Slurm sync's (slurm.inventory, actor None): made by hand, nothing would run
+# the jobs placed on it.
+SLURM_BY_HAND = (
+    "Runs jobs with Slurm is for the nodes of the console's Slurm cluster, which it adds itself "
+    "(docs/slurm.md); choose Simulated or Node agent."
+)
+
+
 def node_snapshot(node: Node) -> dict[str, Any]:
     return {field: getattr(node, field) for field in NODE_FIELDS}
 
@@ -234,6 +242,8 @@ def _create_nodes(*, actor: Actor, pool: ResourcePool | None, nodes: Sequence[Ne
         for position, node in enumerate(new):
             node_errors = _Errors()
             _check_node(node, node_errors)
+            if actor is not None and node.executor == NodeExecutor.SLURM:
+                node_errors.add("executor", SLURM_BY_HAND)
             if isinstance(node.name, str):
                 if node.name in taken:
                     node_errors.add("name", f"A node named {node.name!r} already exists; node names are unique.")
@@ -311,6 +321,8 @@ def _update_node_change(*, actor: Actor, node: Node, changes: NodeChanges) -> Ca
                 setattr(current, field, value)
             errors = _Errors()
             _check_node(current, errors)
+            if actor is not None and current.executor == NodeExecutor.SLURM and before["executor"] != current.executor:
+                errors.add("executor", SLURM_BY_HAND)
             if target_tree is not None:
                 for reason in hooks.node_move_blockers(current):
                     errors.add("pool", reason)

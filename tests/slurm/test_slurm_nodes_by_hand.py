@@ -1,0 +1,40 @@
+"""Slurm nodes come from the Slurm sync only: a platform admin cannot make a node a Slurm node by
+hand (nothing would run the jobs placed on it), through the API or the services."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import AbstractUser
+from django.core.exceptions import ValidationError
+from rest_framework.test import APIClient
+
+from quotas.models import Node, NodeExecutor, ResourcePool
+from quotas.services.nodes import SLURM_BY_HAND, NewNode, create_nodes, update_node
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def node() -> Node:
+    pool = ResourcePool.objects.get_or_create(name=ResourcePool.DEFAULT_NAME)[0]
+    return Node.objects.create(pool=pool, name="gpu-1", gpus=8)
+
+
+def test_the_api_refuses_a_slurm_node_by_hand_naming_the_field(admin_client_api: APIClient, node: Node) -> None:
+    created = admin_client_api.post("/api/v1/nodes/", {"name": "gpu-2", "gpus": 8, "executor": "slurm"}, format="json")
+    assert created.status_code == 400 and SLURM_BY_HAND in created.json()["executor"]
+    changed = admin_client_api.patch(f"/api/v1/nodes/{node.pk}/", {"executor": "slurm"}, format="json")
+    assert changed.status_code == 400 and SLURM_BY_HAND in changed.json()["executor"]
+    assert Node.objects.get(pk=node.pk).executor == NodeExecutor.SIMULATED
+    assert not Node.objects.filter(name="gpu-2").exists()
+
+
+def test_the_sync_itself_may_and_an_admin_may_still_edit_a_slurm_node(
+    platform_admin: AbstractUser, node: Node
+) -> None:
+    (slurm_node,) = create_nodes(actor=None, nodes=[NewNode(name="n1", gpus=2, executor=NodeExecutor.SLURM)])
+    edited = update_node(actor=platform_admin, node=slurm_node, labels={"rack": "a"})
+    assert (edited.executor, edited.labels) == (NodeExecutor.SLURM, {"rack": "a"})
+    with pytest.raises(ValidationError) as refused:
+        update_node(actor=platform_admin, node=node, executor=NodeExecutor.SLURM)
+    assert refused.value.message_dict["executor"] == [SLURM_BY_HAND]
