@@ -10,7 +10,7 @@ from django import forms
 
 from quotas import bounds
 from quotas.forms import _amount_field, _AmountsForm
-from quotas.models import Node, NodeAgent, NodeExecutor
+from quotas.models import Node, NodeAgent, NodeExecutor, ResourcePool
 
 
 def labels_text(labels: dict[str, Any]) -> str:
@@ -22,6 +22,16 @@ class NodeForm(_AmountsForm):
     """Add node and Edit node: what the inventory says of a machine (its state has its own actions)."""
 
     name = forms.CharField(label="Name", max_length=bounds.NAME_MAX_LENGTH)
+    pool = forms.ModelChoiceField(
+        label="Pool",
+        queryset=ResourcePool.objects.order_by("name"),
+        to_field_name="name",
+        required=False,
+        empty_label="default",
+        help_text="Its jobs come from this pool's quotas only. A node moves to another pool only while no job "
+        "runs on it.",
+        error_messages={"invalid_choice": "There is no such pool; choose one of the list."},
+    )
     gpus = forms.IntegerField(
         label="GPUs",
         min_value=0,

@@ -159,6 +159,10 @@ class SubmitJobForm(forms.Form):
         assert isinstance(quota_field, forms.ModelChoiceField)
         usable = [choice.quota.pk for choice in quota_choices if choice.usable]
         quota_field.queryset = Quota.objects.filter(pk__in=usable).order_by("name")
+        # Each pool has its own nodes (SCHEDULING.md "Pool"): the job runs on its quota's pool only.
+        pools = [f"{choice.quota.name} in {choice.quota.pool.name}" for choice in quota_choices if choice.usable]
+        if pools:
+            quota_field.help_text = f"Runs on its quota's pool: {', '.join(pools)}."
         # The kind's presets, for static/console/jobs.js to fill in when the kind changes.
         self.fields["kind"].widget.attrs["data-presets"] = json.dumps(
             {

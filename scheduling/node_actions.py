@@ -109,7 +109,12 @@ def node_uncordon(request: HttpRequest, node: Node) -> HttpResponse:
 
 
 def _node_fields(cleaned: Mapping[str, Any]) -> dict[str, Any]:
-    return {field: cleaned[field] for field in ("name", "gpus", "gpu_model", "cpu", "memory_gib", "executor", "labels")}
+    fields = {
+        field: cleaned[field] for field in ("name", "gpus", "gpu_model", "cpu", "memory_gib", "executor", "labels")
+    }
+    if cleaned.get("pool") is not None:  # none chosen: the default pool (create) or where it is (edit)
+        fields["pool"] = cleaned["pool"]
+    return fields
 
 
 @_admins_only
@@ -118,7 +123,8 @@ def node_new(request: HttpRequest) -> HttpResponse:
 
     action = PreviewAction(
         title="Add node",
-        intro="A node of the default pool, with one GPU device per GPU; it takes jobs at once.",
+        intro="A node of the pool you choose (the default pool unless you pick another), with one GPU device "
+        "per GPU; it takes jobs of that pool's quotas at once.",
         url=reverse("node-new"),
         done_url=reverse("nodes-page"),
         form=node_forms.NodeForm(request.POST or None),
@@ -135,6 +141,7 @@ def node_new(request: HttpRequest) -> HttpResponse:
 def node_edit(request: HttpRequest, node: Node) -> HttpResponse:
     initial = {
         "name": node.name,
+        "pool": node.pool.name,
         "gpus": node.gpus,
         "gpu_model": node.gpu_model,
         "cpu": node.cpu,
@@ -144,8 +151,8 @@ def node_edit(request: HttpRequest, node: Node) -> HttpResponse:
     }
     action = PreviewAction(
         title=f"Edit {node.name}",
-        intro="Fewer GPUs are refused while the quotas' guarantees need them; cordon, drain and uncordon "
-        "change its state.",
+        intro="Fewer GPUs are refused while the quotas' guarantees need them; a move to another pool is refused "
+        "while jobs run on it; cordon, drain and uncordon change its state.",
         url=reverse("node-edit", args=[node.pk]),
         done_url=reverse("nodes-page"),
         form=node_forms.NodeForm(request.POST or None, initial=initial),

@@ -21,7 +21,7 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from quotas import bounds, selectors
-from quotas.models import Node, NodeAgent, NodeState, Quota
+from quotas.models import Node, NodeAgent, NodeState, Quota, ResourcePool
 from scheduling import mentions, page_figures
 from scheduling import selectors as scheduling_selectors
 from scheduling.clock import get_clock
@@ -165,6 +165,31 @@ def node_rows(
     ]
 
 
+@dataclass
+class PoolGroup:
+    """The nodes of one pool, as the Nodes page groups them (with their GPUs and GPU models)."""
+
+    pool: ResourcePool
+    rows: list[NodeRow]
+
+    @property
+    def gpus(self) -> int:
+        return sum(row.node.gpus for row in self.rows)
+
+    @property
+    def models(self) -> list[str]:
+        return sorted({row.node.gpu_model for row in self.rows if row.node.gpu_model})
+
+
+def pool_groups(rows: list[NodeRow]) -> list[PoolGroup]:
+    """The rows by pool, pools in the order of their first node (the nodes come with their pool)."""
+    groups: dict[int, PoolGroup] = {}
+    for row in rows:
+        pool = row.node.pool
+        groups.setdefault(pool.pk, PoolGroup(pool=pool, rows=[])).rows.append(row)
+    return list(groups.values())
+
+
 @_admins_only
 def nodes_page(request: HttpRequest) -> HttpResponse:
     """Three queries whatever the number of nodes: the inventory, who holds which GPU, and each
@@ -179,6 +204,7 @@ def nodes_page(request: HttpRequest) -> HttpResponse:
         "scheduling/nodes/nodes.html",
         {
             "rows": rows,
+            "pool_groups": pool_groups(rows),
             "states": states,
             "total_gpus": sum(node.gpus for node in nodes),
             "held_gpus": bounds.readable(round(sum(row.gpus_held for row in rows), 3)),

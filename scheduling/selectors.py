@@ -116,7 +116,7 @@ def submission_quota_choices(*, user: Any, workspace: Any) -> list[QuotaChoice]:
     """The workspace's bound quotas, each with whether its usable-role rules let `user` submit
     there. The rules are `check_submission`'s own (workspaces.permissions), caps aside (nothing
     is asked yet), so the list and a real submission never disagree."""
-    quotas = list(Quota.objects.filter(bindings__workspace=workspace).order_by("name"))
+    quotas = list(Quota.objects.filter(bindings__workspace=workspace).select_related("pool").order_by("name"))
     refusals = usable_quotas(user=user, workspace=workspace, quotas=quotas)
     return [
         QuotaChoice(quota=quota, usable=refusals[quota.pk] is None, why_not=_sentence(refusals[quota.pk] or ""))

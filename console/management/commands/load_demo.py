@@ -1,8 +1,11 @@
 """Load the demo: PAI's integrated training and inference example on a 128-GPU pool.
 
 16 nodes × 8 GPUs; Quota1 = 128 GPUs with child-level preemption, children Quota1.1 = 48 and
-Quota1.2 = 80; workspace-a/-b/-c bound to them; a platform admin and a few team users (their
-passwords are in the README); a few running and pending jobs so the console is alive.
+Quota1.2 = 80; workspace-a/-b/-c bound to them. A second pool, `a100`, of 4 nodes × 8 A100s
+with its own small tree (Batch = 32: Batch.sweeps = 24, Batch.eval = 8), so that a newcomer sees
+that each pool has its own nodes and quotas; workspace-b is bound to Batch.sweeps too; a
+platform admin and a few team users (their passwords are in the README); a few running and
+pending jobs so the console is alive.
 Everything goes through the same services the console uses.
 """
 
@@ -35,7 +38,11 @@ DEMO_WORKSPACES = {
     "workspace-b": "Team B: training",
     "workspace-c": "Team C: training and notebooks",
 }
-DEMO_BINDINGS = {"workspace-a": ["Quota1"], "workspace-b": ["Quota1.1"], "workspace-c": ["Quota1.2"]}
+DEMO_BINDINGS = {
+    "workspace-a": ["Quota1"],
+    "workspace-b": ["Quota1.1", "Batch.sweeps"],
+    "workspace-c": ["Quota1.2"],
+}
 # (owner, workspace, quota, job fields)
 DEMO_JOBS: list[tuple[str, str, str, dict[str, Any]]] = [
     (
@@ -48,7 +55,9 @@ DEMO_JOBS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("erin", "workspace-c", "Quota1.2", {"name": "train-c", "kind": "training", "gpus": 8, "replicas": 8}),
     ("carol", "workspace-c", "Quota1.2", {"name": "finetune-c", "kind": "training", "gpus": 4, "duration": 900}),
     ("dave", "workspace-b", "Quota1.1", {"name": "sweep-b", "kind": "training", "gpus": 8, "replicas": 4}),
+    ("dave", "workspace-b", "Batch.sweeps", {"name": "sweep-a100", "kind": "training", "gpus": 4, "replicas": 2}),
 ]
+A100_POOL = "a100"
 
 
 class Command(BaseCommand):
@@ -77,6 +86,22 @@ class Command(BaseCommand):
             root = quota_services.create_quota(actor=admin, name="Quota1", gpus=128, child_preemption=True)
             quota_services.create_quota(actor=admin, name="Quota1.1", parent=root, gpus=48)
             quota_services.create_quota(actor=admin, name="Quota1.2", parent=root, gpus=80)
+            a100 = quota_services.create_pool(
+                actor=admin, name=A100_POOL, description="NVIDIA A100 nodes for sweeps and evaluation."
+            )
+            for index in range(1, 5):
+                quota_services.create_node(
+                    actor=admin,
+                    name=f"a100-{index}",
+                    gpus=8,
+                    cpu=64,
+                    memory_gib=512,
+                    gpu_model="NVIDIA A100",
+                    pool=a100,
+                )
+            batch = quota_services.create_quota(actor=admin, name="Batch", gpus=32, pool=a100)
+            quota_services.create_quota(actor=admin, name="Batch.sweeps", parent=batch, gpus=24)
+            quota_services.create_quota(actor=admin, name="Batch.eval", parent=batch, gpus=8)
             workspaces = {
                 name: workspace_services.create_workspace(
                     actor=admin,
@@ -100,6 +125,7 @@ class Command(BaseCommand):
                 )
         self.stdout.write(
             self.style.SUCCESS(
-                f"demo: {len(users)} users, 16 nodes × 8 GPUs, 3 quotas, 3 workspaces, {len(DEMO_JOBS)} jobs"
+                f"demo: {len(users)} users, 16 nodes × 8 GPUs and 4 × 8 A100s (pool {A100_POOL}), 6 quotas, "
+                f"3 workspaces, {len(DEMO_JOBS)} jobs"
             )
         )

@@ -1,0 +1,100 @@
+"""Pools on the pages (issue 24), through the Django client: the Nodes page groups nodes by pool
+with their GPU models, Edit node moves a node into another pool (refused, naming the jobs, while
+jobs run on it), Submit job says which pool each quota it offers runs on, and the demo has a
+second pool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import AbstractUser
+from django.core.management import call_command
+from django.test import Client
+
+from quotas import services as quota_services
+from quotas.models import AuditRecord, Node, ResourcePool
+from scheduling import services as job_services
+from scheduling.models import Job
+from tests.console.test_node_pages import client_as, node_of
+from workspaces.models import Workspace
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def a100(pai_world: dict[str, AbstractUser]) -> ResourcePool:
+    """A second pool, and a spare node gpu-5 in the default pool (beyond what Quota1 needs)."""
+    quota_services.create_node(actor=None, name="gpu-5", gpus=8, gpu_model="H100")
+    return quota_services.create_pool(actor=None, name="a100", placement="spread", description="A100 80 GB.")
+
+
+def edit(client: Client, node: Node, **changes: str) -> str:
+    fields = {"name": node.name, "gpus": str(node.gpus), "executor": node.executor, "labels": "", **changes}
+    preview = str(client.post(f"/nodes/{node.pk}/edit/", {**fields, "step": "preview"}).content.decode())
+    if 'name="previewed" value="' not in preview:
+        return preview
+    fingerprint = preview.split('name="previewed" value="')[1].split('"')[0]
+    done = client.post(f"/nodes/{node.pk}/edit/", {**fields, "step": "confirm", "previewed": fingerprint})
+    return str(done.content.decode())
+
+
+def test_edit_node_moves_it_into_another_pool_and_the_nodes_page_groups_by_pool(
+    pai_world: dict[str, AbstractUser], a100: ResourcePool
+) -> None:
+    client = client_as(pai_world, "platform-admin")
+    node = Node.objects.get(name="gpu-5")
+    form = client.get(f"/nodes/{node.pk}/edit/").content.decode()
+    assert '<option value="default" selected>default</option>' in form  # where it is now
+
+    edit(client, node, pool="a100", gpu_model="A100")
+
+    assert Node.objects.get(pk=node.pk).pool.name == "a100"
+    assert AuditRecord.objects.filter(action="node.move", object_repr="gpu-5").exists()
+    page = client.get("/nodes/").content.decode()
+    assert '<h2 class="pool-head" id="pool-' in page
+    assert "Pool default</h2>" in page and "Pool a100</h2>" in page
+    assert "1 node, 8 GPUs of A100; places by spread (emptiest node that fits). A100 80 GB." in page
+    assert page.index("Pool default</h2>") < page.index('data-node="gpu-1"') < page.index("Pool a100</h2>")
+    assert page.index("Pool a100</h2>") < page.index('data-node="gpu-5"')
+
+
+def test_a_node_with_a_job_on_it_is_not_moved_and_the_job_is_named(
+    pai_world: dict[str, AbstractUser], a100: ResourcePool
+) -> None:
+    client = client_as(pai_world, "platform-admin")
+    busy = Node.objects.get(name=node_of("train-b"))
+
+    refused = edit(client, busy, pool="a100")
+
+    assert f"{busy.name} cannot change pools while jobs run there (train-b)" in refused
+    assert Node.objects.get(pk=busy.pk).pool.name == "default"
+
+
+def test_one_pool_shows_no_pool_headings(pai_world: dict[str, AbstractUser]) -> None:
+    page = client_as(pai_world, "platform-admin").get("/nodes/").content.decode()
+
+    assert 'data-testid="pool-head"' not in page
+
+
+def test_submit_job_says_which_pool_each_quota_runs_on(pai_world: dict[str, AbstractUser], a100: ResourcePool) -> None:
+    batch = quota_services.create_quota(actor=None, name="batch", gpus=0, pool=a100)
+    workspace = Workspace.objects.get(name="workspace-b")
+    workspace.quotas.add(batch)
+
+    page = client_as(pai_world, "developer").get(f"/jobs/new/?workspace={workspace.pk}").content.decode()
+
+    assert "Runs on its quota&#x27;s pool: Quota1.1 in default, batch in a100." in page
+
+
+def test_the_demo_has_a_second_pool_with_its_own_tree_and_a_job_on_its_nodes(settings: Any) -> None:
+    settings.SCHEDULER_TRIGGER = "inline"
+    call_command("load_demo", verbosity=0)
+    job_services.converge()
+
+    a100 = ResourcePool.objects.get(name="a100")
+    assert sorted(a100.nodes.values_list("name", "gpu_model")) == [(f"a100-{n}", "NVIDIA A100") for n in range(1, 5)]
+    assert sorted(a100.quotas.values_list("name", flat=True)) == ["Batch", "Batch.eval", "Batch.sweeps"]
+    sweep = Job.objects.get(name="sweep-a100")
+    assert sweep.state == "running"
+    assert set(sweep.placements.values_list("node__pool__name", flat=True)) == {"a100"}
