@@ -10,7 +10,7 @@ from typing import Any
 from django import forms
 
 from quotas import bounds
-from quotas.models import QueuePolicy, Quota
+from quotas.models import QueuePolicy, Quota, ResourcePool
 
 
 def _amount_field(label: str, *, maximum: float, required: bool = True, help_text: str = "") -> forms.FloatField:
@@ -100,3 +100,18 @@ class TransferForm(_AmountsForm):
 
 class DeleteForm(forms.Form):
     """Nothing to fill in: Preview says whether the quota may go, Confirm deletes it."""
+
+
+class RootQuotaForm(QuotaSettingsForm):
+    """New quota (a root): its settings and the pool whose capacity it guarantees from."""
+
+    field_order = ["name", "pool"]
+    pool = forms.ModelChoiceField(
+        label="Pool",
+        queryset=ResourcePool.objects.order_by("name"),
+        to_field_name="name",
+        required=False,
+        empty_label="default",
+        help_text="A root guarantees GPUs of this pool's nodes; its children and their jobs stay in it.",
+        error_messages={"invalid_choice": "There is no such pool; choose one of the list."},
+    )

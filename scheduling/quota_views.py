@@ -152,6 +152,14 @@ def resource_quotas(request: HttpRequest) -> HttpResponse:
     without JavaScript) or as charts (`?view=overview`, over `&range=1h|24h|7d`, stacking the
     children of `&quota=<id>`)."""
     rows = selectors.quota_tree_rows(user=request.user)
+    # Each pool has its own tree (SCHEDULING.md "Pool"): `?pool=NAME` shows one pool's tree alone.
+    pool_of = {row["quota"].pk: str(getattr(row["quota"], "pool_name", "")) for row in rows}  # quota_list's join
+    pools = sorted(set(pool_of.values()))
+    pool = request.GET.get("pool", "")
+    if pool in pools:
+        rows = [row for row in rows if pool_of[row["quota"].pk] == pool]
+    else:
+        pool = ""
     view = request.GET.get("view", "list")
     if view not in dict(QUOTA_VIEWS):
         view = "list"
@@ -161,6 +169,8 @@ def resource_quotas(request: HttpRequest) -> HttpResponse:
         "may_change": _is_platform_admin(request),
         # /quotas/: each row's links are this, its id and the action (scheduling/urls.py).
         "quota_base": reverse("resource-quotas"),
+        "pools": pools,
+        "pool": pool,
     }
     if view == "overview":
         span = allocation_history.chart_range(request.GET.get("range"))
@@ -291,7 +301,10 @@ def _create(request: HttpRequest, parent: Quota | None) -> HttpResponse:
     url = reverse("quota-new-child", args=[parent.pk]) if parent else reverse("quota-new")
 
     def new_quota(cleaned: Mapping[str, Any]) -> dict[str, Any]:
-        return {"name": cleaned["name"], "parent": parent, "gpus": cleaned["gpus"], **_settings(cleaned)}
+        fields = {"name": cleaned["name"], "parent": parent, "gpus": cleaned["gpus"], **_settings(cleaned)}
+        if cleaned.get("pool") is not None:  # a root's pool; none chosen: the default pool
+            fields["pool"] = cleaned["pool"]
+        return fields
 
     action = PreviewAction(
         title=f"New child quota of {parent.name}" if parent else "New quota",
@@ -300,7 +313,7 @@ def _create(request: HttpRequest, parent: Quota | None) -> HttpResponse:
         else "A root quota guarantees GPUs of the pool.",
         url=url,
         done_url=reverse("resource-quotas"),
-        form=quota_forms.QuotaSettingsForm(request.POST or None),
+        form=(quota_forms.QuotaSettingsForm if parent else quota_forms.RootQuotaForm)(request.POST or None),
         preview=lambda cleaned: services.preview_create_quota(actor=request.user, **new_quota(cleaned)),
         apply=lambda cleaned: services.create_quota(actor=request.user, **new_quota(cleaned)),
         summarise=_summariser(pool.pk if pool else None),

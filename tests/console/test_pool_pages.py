@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from quotas import services as quota_services
-from quotas.models import AuditRecord, Node, ResourcePool
+from quotas.models import AuditRecord, Node, Quota, ResourcePool
 from scheduling import services as job_services
 from scheduling.models import Job
 from tests.console.test_node_pages import client_as, node_of
@@ -98,3 +98,40 @@ def test_the_demo_has_a_second_pool_with_its_own_tree_and_a_job_on_its_nodes(set
     sweep = Job.objects.get(name="sweep-a100")
     assert sweep.state == "running"
     assert set(sweep.placements.values_list("node__pool__name", flat=True)) == {"a100"}
+
+
+def test_new_quota_roots_a_quota_in_the_chosen_pool(pai_world: dict[str, AbstractUser], a100: ResourcePool) -> None:
+    client = client_as(pai_world, "platform-admin")
+    a100_node = Node.objects.get(name="gpu-5")
+    quota_services.update_node(actor=None, node=a100_node, pool=a100)
+    form = client.get("/quotas/new/").content.decode()
+    assert '<label for="id_pool">Pool</label>' in form
+    fields = {"name": "batch", "pool": "a100", "gpus": "8", "queue_policy": "best_effort"}
+
+    too_big = client.post("/quotas/new/", {**fields, "gpus": "16", "step": "preview"}).content.decode()
+    preview = client.post("/quotas/new/", {**fields, "step": "preview"}).content.decode()
+    fingerprint = preview.split('name="previewed" value="')[1].split('"')[0]
+    client.post("/quotas/new/", {**fields, "step": "confirm", "previewed": fingerprint})
+
+    assert "batch would need 16 GPUs but the pool a100 has 8 − 0 = 8 left for its root quotas." in too_big
+    assert Quota.objects.get(name="batch").pool == a100
+
+
+def test_the_pool_switch_shows_one_pools_tree_alone(pai_world: dict[str, AbstractUser], a100: ResourcePool) -> None:
+    quota_services.create_quota(actor=None, name="batch", gpus=0, pool=a100)
+    client = client_as(pai_world, "platform-admin")
+
+    everything = client.get("/quotas/").content.decode()
+    a100_alone = client.get("/quotas/?pool=a100").content.decode()
+    unknown = client.get("/quotas/?pool=nope").content.decode()
+
+    assert 'data-testid="pool-switch"' in everything
+    assert 'href="?view=list&amp;pool=a100" data-pool="a100">Pool a100</a>' in everything
+    assert 'data-quota="batch"' in everything and 'data-quota="Quota1"' in everything
+    assert 'data-quota="batch"' in a100_alone and 'data-quota="Quota1"' not in a100_alone
+    assert 'data-pool="a100" class="active" aria-current="page"' in a100_alone
+    assert 'data-quota="Quota1"' in unknown  # an unknown pool shows every pool, as no switch does
+
+
+def test_one_pool_shows_no_pool_switch(pai_world: dict[str, AbstractUser]) -> None:
+    assert 'data-testid="pool-switch"' not in client_as(pai_world, "platform-admin").get("/quotas/").content.decode()
