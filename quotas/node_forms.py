@@ -10,7 +10,7 @@ from django import forms
 
 from quotas import bounds
 from quotas.forms import _amount_field, _AmountsForm
-from quotas.models import Node, NodeAgent, NodeExecutor, ResourcePool
+from quotas.models import Node, NodeAgent, NodeExecutor, PlacementPolicy, ResourcePool
 
 
 def labels_text(labels: dict[str, Any]) -> str:
@@ -118,3 +118,23 @@ class NodeTokenForm(forms.Form):
                 "is not shown again. Close this and open the token action again to issue another."
             )
         return cleaned
+
+
+class PoolForm(forms.Form):
+    """Add pool: a new, empty pool; nodes move into it (Edit node) and root quotas name it (New quota)."""
+
+    name = forms.CharField(label="Name", max_length=bounds.NAME_MAX_LENGTH, help_text="Such as a100 or lingjun.")
+    placement = forms.ChoiceField(
+        label="Placement",
+        choices=PlacementPolicy.choices,
+        initial=PlacementPolicy.PACK,
+        help_text="Pack fills the fullest node that fits (whole nodes stay free); spread uses the emptiest.",
+        error_messages={"invalid_choice": "Placement must be Pack or Spread."},
+    )
+    description = forms.CharField(
+        label="Description",
+        required=False,
+        max_length=bounds.DESCRIPTION_MAX_LENGTH,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Such as the GPU model of its nodes.",
+    )

@@ -7,8 +7,10 @@ import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from django.contrib import messages
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
@@ -19,6 +21,7 @@ from quotas.services import DryRunResult
 from scheduling import selectors as scheduling_selectors
 from scheduling.node_views import _admins_only, _agent_of, _node_action
 from utilities.pagekit import PreviewAction, PreviewSummary, ShareMove, run_preview_action
+from utilities.validation import error_messages
 
 _TOLERANCE = 1e-9
 
@@ -238,3 +241,22 @@ def node_token(request: HttpRequest, node: Node) -> HttpResponse:
     shown = render(request, template, context)
     add_never_cache_headers(shown)
     return shown
+
+
+@_admins_only
+def pool_new(request: HttpRequest) -> HttpResponse:
+    """Add pool: nothing to preview (an empty pool moves no share), so one step, then the Nodes page."""
+    form = node_forms.PoolForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            pool = services.create_pool(actor=request.user, **form.cleaned_data)
+        except ValidationError as refused:
+            for field, field_messages in error_messages(refused).items():
+                for message in field_messages:
+                    form.add_error(field if field in form.fields else None, message)
+        else:
+            messages.success(
+                request, f"Added the pool {pool.name}. Move nodes into it with Edit node; root quotas name it."
+            )
+            return redirect(f"{reverse('nodes-page')}#pool-{pool.pk}")
+    return render(request, "scheduling/nodes/pool_new.html", {"form": form})

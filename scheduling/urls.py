@@ -22,6 +22,7 @@ urlpatterns = [
     path("quotas/<int:quota_id>/switch/<slug:switch>/", quota_views.quota_switch, name="quota-switch"),
     path("nodes/", node_views.nodes_page, name="nodes-page"),
     path("nodes/new/", node_actions.node_new, name="node-new"),
+    path("pools/new/", node_actions.pool_new, name="pool-new"),
     path("nodes/<int:node_id>/edit/", node_actions.node_edit, name="node-edit"),
     path("nodes/<int:node_id>/cordon/", node_actions.node_cordon, name="node-cordon"),
     path("nodes/<int:node_id>/drain/", node_actions.node_drain, name="node-drain"),

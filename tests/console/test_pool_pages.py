@@ -135,3 +135,20 @@ def test_the_pool_switch_shows_one_pools_tree_alone(pai_world: dict[str, Abstrac
 
 def test_one_pool_shows_no_pool_switch(pai_world: dict[str, AbstractUser]) -> None:
     assert 'data-testid="pool-switch"' not in client_as(pai_world, "platform-admin").get("/quotas/").content.decode()
+
+
+def test_a_platform_admin_adds_a_pool_and_others_get_a_404(pai_world: dict[str, AbstractUser]) -> None:
+    admin = client_as(pai_world, "platform-admin")
+    assert '<a class="button secondary" href="/pools/new/">Add pool</a>' in admin.get("/nodes/").content.decode()
+
+    added = admin.post("/pools/new/", {"name": "a100", "placement": "spread", "description": "A100 nodes."})
+    clash = admin.post("/pools/new/", {"name": "a100", "placement": "pack"}).content.decode()
+
+    pool = ResourcePool.objects.get(name="a100")
+    assert (added.status_code, added["Location"]) == (302, f"/nodes/#pool-{pool.pk}")
+    assert (pool.placement, pool.description) == ("spread", "A100 nodes.")
+    assert "A pool named &#x27;a100&#x27; already exists; pool names are unique." in clash
+    for role in ("developer", "workspace-admin"):
+        assert client_as(pai_world, role).get("/pools/new/").status_code == 404
+        assert client_as(pai_world, role).post("/pools/new/", {"name": "x", "placement": "pack"}).status_code == 404
+    assert not ResourcePool.objects.filter(name="x").exists()
