@@ -76,3 +76,25 @@ def test_fair_shares_divide_each_pools_own_capacity(cluster: Cluster, a100: Reso
         "batch": 8,
         "team-a": 16,
     }
+
+
+def test_a_dry_run_submission_is_previewed_in_its_quotas_pool(cluster: Cluster, a100: ResourcePool) -> None:
+    # a100 has 8 GPUs and the default pool 16 idle ones: 12 GPUs exceed a100 whatever is idle elsewhere.
+    too_big = services.preview_submit_job(
+        actor=None,
+        workspace=cluster.workspace,
+        quota=cluster.quotas["batch"],
+        name="big",
+        kind="training",
+        gpus=4,
+        replicas=3,
+    )
+    fits = services.preview_submit_job(
+        actor=None, workspace=cluster.workspace, quota=cluster.quotas["batch"], name="fits", kind="training", gpus=8
+    )
+
+    assert not too_big.would_admit
+    assert too_big.reason is not None
+    assert (too_big.reason["code"], too_big.reason["message"]) == ("exceeds_cluster", "asks 12 GPUs, the pool has 8")
+    assert fits.would_admit
+    assert {placement["node"] for placement in fits.placements} == {"a-1"}
