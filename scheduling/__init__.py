@@ -7,6 +7,7 @@
   shared by pages, API and consumers; `snapshot` (the cycle's), `quota_figures`, `metrics_reads`,
   `holders`, `invariants`, `estimate_base` (the estimate's snapshot): reads split out of `selectors`,
   which re-exports their names; `mentions`: how a job is named to a reader who may not see it.
+- `agent_beat`: reads too, the agent protocol's shapes and a beat's one read.
 - `allocation_history`, `quota_charts`, `quota_in_view`: reads too, the quota charts' series and
   figures, and the Overview's quota in view;
   `page_figures`: what telemetry (above) supplies to the pages here, registered at its start.
@@ -18,7 +19,8 @@
 - `cycle`: lease and fence, snapshot -> engine -> commit, then the executor acts.
 - Writes, which trigger a cycle: `submission`, `job_endings` (cancel, finish, fail, node down),
   `manual_cycle`, over `job_writes` (the actor, the events after commit); `services` re-exports
-  their public names; `agent_services` (the agents' beats).
+  their public names; `agent_services` (the agents' beats), over `agent_claims` (a registration's
+  claim of its state directory).
 - `tasks`, `providers`, `simulate/`: entry points.
 - `api/`, `views`, `forms`, `templatetags/`, `admin`, `management/`: interfaces. The pages that
   show jobs beside what lower apps hold are here too, since imports point down: `quota_views`

@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "estimates",
                 "usage",
                 "agent_selectors",
+                "agent_beat",
                 "allocation_history",
                 "quota_charts",
                 "quota_in_view",
@@ -54,7 +55,12 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("executors", frozenset({"executors"})),
     ("commit", frozenset({"commit_rows", "commit"})),
     ("cycle", frozenset({"cycle"})),
-    ("writes", frozenset({"job_writes", "submission", "job_endings", "manual_cycle", "services", "agent_services"})),
+    (
+        "writes",
+        frozenset(
+            {"job_writes", "submission", "job_endings", "manual_cycle", "services", "agent_claims", "agent_services"}
+        ),
+    ),
     ("entry points", frozenset({"tasks", "providers", "simulate"})),
     (
         "interfaces",

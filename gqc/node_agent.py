@@ -1,0 +1,446 @@
+"""The node agent's work (AGENT.md): register, beat, make the console's desired state so, report
+back. Its command is gqc/agent.py (`python -m gqc.agent`), which says why it is plain Python.
+
+What it keeps in `--state-dir` is what makes a restart safe: one JSON file per replica it
+started (pid, process start time, log offset, stop deadline), the exit codes its wrapper writes,
+and the replicas it has finished with. A restarted agent adopts the processes still alive (same
+pid and same start time, so a reused pid is never mistaken for a job), reports the others as
+exited, and never starts a replica it has a record of.
+
+Replica ids are one console's numbering: a console with a new database numbers from 1 again. So
+the state directory records whose it is (`identity.json`: the console's identity and the node's,
+from the registration answer), and a directory of another identity is not trusted: its processes
+are reported once at registration for the console to decide (keep or stop), and its done list is
+set aside (`set-aside/`), with one log line. A start it does not carry out is logged once, with why.
+
+Each replica runs as `sh -c COMMAND` under a small `sh` wrapper in a session of its own
+(`start_new_session`): the wrapper waits for the command even through SIGTERM (a trap with a
+command defers to the foreground job, and is reset to the default in the command itself) and
+writes its exit code to a file, so the code survives a restart of the agent. A stop is SIGTERM to
+the process group, then SIGKILL once the grace has passed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gqc import __version__
+from gqc.gpus import Gpus
+from gqc.replicas import Replica, _alive, _start_time
+
+logger = logging.getLogger("gqc.agent")  # the command's name, which log filters use
+
+# What one beat ships per process, within the console's bounds (quotas.bounds AGENT_*).
+LOG_LINES_PER_BEAT = 200
+LOG_LINE_MAX_LENGTH = 2_000
+LOG_BYTES_PER_BEAT = 256 * 1024
+# Replicas finished with, remembered so that a late duplicate start is refused after a restart.
+DONE_REMEMBERED = 10_000
+# The state directory's owner: {"console": the console's identity, "node_id": the node's}.
+IDENTITY_FILE = "identity.json"
+# Where a state directory of another identity is moved aside (done list, replicas not kept, logs).
+SET_ASIDE = "set-aside"
+# The exit code reported for a process that vanished without one (killed with its wrapper).
+EXIT_UNKNOWN = 255
+POLL_SECONDS = 0.1
+# Each beat comes a heartbeat later, give or take this share of it. Agents whose beats were
+# answered together (after the console was slow or away) would otherwise beat in step for good:
+# a thousand of them at once every few seconds, and next to nothing in between.
+BEAT_JITTER = 0.1
+
+# The wrapper: waits for the command through SIGTERM (deferred trap), then records its exit code.
+WRAPPER = (
+    'trap ":" TERM INT HUP; sh -c "$0"; code=$?; printf "%s\\n" "$code" > "$1.tmp" && mv "$1.tmp" "$1"; exit $code'
+)
+
+
+class Agent:
+    def __init__(
+        self,
+        *,
+        server: str,
+        node: str,
+        token: str,
+        gpus: Gpus,
+        state_dir: Path,
+        client: httpx.Client | None = None,
+    ) -> None:
+        self.node = node
+        self.gpus = gpus
+        self.state_dir = state_dir
+        self.replicas_dir = state_dir / "replicas"
+        self.logs_dir = state_dir / "logs"
+        for folder in (self.replicas_dir, self.logs_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.client = client or httpx.Client(
+            base_url=server.rstrip("/"), headers={"Authorization": f"Node {token}"}, timeout=10.0
+        )
+        self.heartbeat_seconds = 2.0
+        self.children: dict[int, subprocess.Popen[bytes]] = {}
+        self.held: dict[int, Replica] = {}
+        self.done: list[int] = self._load_done()
+        self.owner: tuple[str, int | None] = self._load_owner()
+        # Processes of another console's state, told to stop: watched until gone, never reported.
+        self.foreign: dict[int, Replica] = {}
+        # Starts not carried out, each logged once.
+        self.declined: set[int] = set()
+        self.stopping = False
+        self.device_memory = {d["index"]: int(d["memory_mib"]) for d in gpus.devices()}
+        self._adopt()
+
+    # --- the state directory ---
+
+    def _path(self, replica: int) -> Path:
+        return self.replicas_dir / f"{replica}.json"
+
+    def _exit_path(self, replica: int) -> Path:
+        return self.replicas_dir / f"{replica}.exit"
+
+    def _log_path(self, replica: Replica | int, job: int | None = None) -> Path:
+        if isinstance(replica, Replica):
+            return self.logs_dir / f"{replica.job}-{replica.replica}.log"
+        return self.logs_dir / f"{job}-{replica}.log"
+
+    def _save(self, replica: Replica) -> None:
+        path = self._path(replica.replica)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(asdict(replica)))
+        os.replace(temporary, path)
+
+    def _load_done(self) -> list[int]:
+        try:
+            return [int(r) for r in json.loads((self.state_dir / "done.json").read_text())]
+        except (OSError, ValueError):
+            return []
+
+    def _load_owner(self) -> tuple[str, int | None]:
+        try:
+            owner = json.loads((self.state_dir / IDENTITY_FILE).read_text())
+            node_id = owner.get("node_id")
+            return str(owner.get("console") or ""), int(node_id) if node_id is not None else None
+        except (OSError, ValueError, TypeError, AttributeError):
+            return "", None
+
+    def _claim(self, registration: dict[str, Any]) -> None:
+        """Make the state directory the registering console's (see the module's docstring): keep the
+        replicas it adopts, stop the others still alive, set the done list and the rest aside."""
+        console, node_id = str(registration["console"]), int(registration["node_id"])
+        if (console, node_id) == self.owner:
+            return
+        kept = {int(r) for r in registration.get("adopt", [])}
+        grace = float(registration.get("stop_grace_seconds", 10.0))
+        previous = f"console {self.owner[0]} node {self.owner[1]}" if self.owner[0] else "no console recorded"
+        aside = self.state_dir / SET_ASIDE / f"{time.strftime('%Y%m%dT%H%M%S')}-{self.owner[0] or 'unrecorded'}"
+        moved = [self.state_dir / "done.json"] if self.done else []
+        left = [r for r in self.held.values() if r.replica not in kept]
+        for replica in left:
+            del self.held[replica.replica]
+            self.children.pop(replica.replica, None)
+            moved += [self._path(replica.replica), self._exit_path(replica.replica), self._log_path(replica)]
+        for path in moved:
+            if path.exists():
+                aside.mkdir(parents=True, exist_ok=True)
+                os.replace(path, aside / path.name)
+        # Stopped after their files moved: a wrapper that records its code now leaves it in
+        # replicas/, where start() clears it before this console's replica of that id runs.
+        stopped = 0
+        for replica in left:
+            if replica.exit_code is None and _alive(replica.pid, replica.started):
+                replica.stop_deadline = time.time() + grace
+                self.foreign[replica.replica] = replica
+                self._signal(replica, signal.SIGTERM)
+                stopped += 1
+        if moved:
+            logger.warning(
+                "state directory %s belonged to %s, not to console %s node %s: its done list (%s replicas) and "
+                "%s replicas set aside in %s, %s of them still running and told to stop; %s adopted",
+                self.state_dir,
+                previous,
+                console,
+                node_id,
+                len(self.done),
+                len(left),
+                aside,
+                stopped,
+                len(self.held),
+            )
+        else:
+            logger.info("state directory %s belongs to console %s node %s", self.state_dir, console, node_id)
+        self.done = []
+        temporary = self.state_dir / "identity.tmp"
+        temporary.write_text(json.dumps({"console": console, "node_id": node_id}))
+        os.replace(temporary, self.state_dir / IDENTITY_FILE)
+        self.owner = (console, node_id)
+
+    def _decline(self, replica: int, job: int, why: str) -> None:
+        if replica in self.declined:
+            return
+        if len(self.declined) >= DONE_REMEMBERED:
+            self.declined.clear()
+        self.declined.add(replica)
+        logger.warning("declined the start of replica %s of job %s: %s", replica, job, why)
+
+    def _forget(self, replica: Replica) -> None:
+        """The console has recorded the exit: no more reports, and never a start again."""
+        self.held.pop(replica.replica, None)
+        self.children.pop(replica.replica, None)
+        self.done = [*self.done, replica.replica][-DONE_REMEMBERED:]
+        temporary = self.state_dir / "done.tmp"
+        temporary.write_text(json.dumps(self.done))
+        os.replace(temporary, self.state_dir / "done.json")
+        for path in (self._path(replica.replica), self._exit_path(replica.replica), self._log_path(replica)):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+    def _adopt(self) -> None:
+        """After a restart: the replicas in the state directory, alive ones adopted, others exited."""
+        for path in sorted(self.replicas_dir.glob("*.json")):
+            try:
+                replica = Replica(**json.loads(path.read_text()))
+            except (OSError, ValueError, TypeError):
+                logger.warning("unreadable state file %s left alone", path)
+                continue
+            self.held[replica.replica] = replica
+            if _alive(replica.pid, replica.started):
+                logger.info("adopted replica %s of job %s (pid %s)", replica.replica, replica.job, replica.pid)
+            else:
+                self._record_exit(replica)
+
+    # --- processes ---
+
+    def _record_exit(self, replica: Replica) -> None:
+        if replica.exit_code is not None:
+            return
+        child = self.children.get(replica.replica)
+        waited = child.poll() if child is not None else None
+        code: int
+        try:
+            # The wrapper's record: sh's code, 128 + N for a command that signal N ended.
+            code = int(self._exit_path(replica.replica).read_text().strip())
+        except (OSError, ValueError):
+            # No record: the wrapper died with the group (SIGKILL), or vanished while no agent watched.
+            code = waited if waited is not None else (-signal.SIGKILL if replica.killed else EXIT_UNKNOWN)
+        replica.exit_code = code
+        self._save(replica)
+        logger.info("replica %s of job %s exited with %s", replica.replica, replica.job, code)
+
+    def _environment(self, start: dict[str, Any]) -> dict[str, str]:
+        environment = dict(os.environ)
+        environment.update({str(k): str(v) for k, v in start.get("environment", {}).items()})
+        environment["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in start["gpus"])
+        # The indices are NVML's, which go in PCI bus order; CUDA's own order puts the fastest
+        # device first, so on a host of mixed GPUs index 1 would be another device to CUDA.
+        environment["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        fraction = float(start.get("fraction", 1.0))
+        if fraction < 1:
+            environment["GPU_QUOTA_FRACTION"] = f"{fraction:g}"
+            device = start["gpus"][0] if start["gpus"] else 0
+            environment["GPU_QUOTA_MEMORY_MIB"] = str(int(self.device_memory.get(device, 0) * fraction))
+            if os.environ.get("CUDA_MPS_PIPE_DIRECTORY"):
+                environment["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, round(fraction * 100)))
+        return environment
+
+    def start(self, start: dict[str, Any]) -> None:
+        replica_id, job = int(start["replica"]), int(start["job"])
+        if replica_id in self.held:
+            return  # the same answer twice, or a start the console sent before it saw the report
+        if replica_id in self.done:
+            # Reported exited and forgotten by this console's record: starting it again would run it twice.
+            self._decline(replica_id, job, "it ran here and finished before (the state directory's done list)")
+            return
+        log = self._log_path(replica_id, job)
+        try:
+            # A code left by a process of a state set aside (the same id from another console) is not this one's.
+            self._exit_path(replica_id).unlink(missing_ok=True)
+            with open(log, "ab") as output:
+                child = subprocess.Popen(  # the console's command, with sh -c (AGENT.md)
+                    ["sh", "-c", WRAPPER, str(start["command"]), str(self._exit_path(replica_id))],
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    env=self._environment(start),
+                    cwd=str(self.state_dir),
+                    start_new_session=True,
+                )
+        except OSError as error:
+            # Asked again at each beat, tried again each time; the console gives up after a few beats.
+            self._decline(replica_id, job, f"cannot start its process ({error})")
+            return
+        replica = Replica(
+            replica=replica_id,
+            job=int(start["job"]),
+            pid=child.pid,
+            started=_start_time(child.pid) or "",
+            gpus=[int(i) for i in start["gpus"]],
+        )
+        self.children[replica_id] = child
+        self.held[replica_id] = replica
+        try:
+            self._save(replica)
+        except OSError as error:
+            logger.warning("replica %s runs, but a restarted agent will not know it: %s", replica_id, error)
+        logger.info("started replica %s of job %s (pid %s)", replica_id, replica.job, child.pid)
+
+    def stop(self, stop: dict[str, Any]) -> None:
+        replica = self.held.get(int(stop["replica"]))
+        if replica is None or replica.exit_code is not None or replica.stop_deadline is not None:
+            return  # not ours, gone already, or stopping: the first deadline stands
+        replica.stop_deadline = time.time() + float(stop.get("grace_seconds", 0))
+        self._save(replica)
+        self._signal(replica, signal.SIGTERM)
+
+    def _signal(self, replica: Replica, signum: int) -> None:
+        if not _alive(replica.pid, replica.started):
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(replica.pid, signum)  # the session leader's pid is the group's id
+
+    def watch(self) -> bool:
+        """Kill what outlived its grace, notice exits; True when a process exited (beat early)."""
+        exited = False
+        now = time.time()
+        for replica in list(self.foreign.values()):
+            if not _alive(replica.pid, replica.started):
+                del self.foreign[replica.replica]
+                logger.info("the other console's replica %s (pid %s) has stopped", replica.replica, replica.pid)
+            elif replica.stop_deadline is not None and now >= replica.stop_deadline and not replica.killed:
+                replica.killed = True
+                self._signal(replica, signal.SIGKILL)
+        for replica in list(self.held.values()):
+            if replica.exit_code is not None:
+                continue
+            child = self.children.get(replica.replica)
+            alive = child.poll() is None if child is not None else _alive(replica.pid, replica.started)
+            if not alive:
+                self._record_exit(replica)
+                exited = True
+            elif replica.stop_deadline is not None and now >= replica.stop_deadline and not replica.killed:
+                replica.killed = True
+                self._save(replica)
+                self._signal(replica, signal.SIGKILL)
+                logger.info("replica %s outlived its grace: SIGKILL", replica.replica)
+        return exited
+
+    # --- reports ---
+
+    def _new_log(self, replica: Replica) -> tuple[list[str], bool, int]:
+        """Lines written since the last beat (bounded), whether some were dropped, the new offset."""
+        path = self._log_path(replica)
+        try:
+            with open(path, "rb") as log:
+                log.seek(replica.log_offset)
+                chunk = log.read(LOG_BYTES_PER_BEAT)
+        except OSError:
+            return [], False, replica.log_offset
+        truncated = len(chunk) == LOG_BYTES_PER_BEAT
+        finished = replica.exit_code is not None and not truncated
+        end = len(chunk) if finished else chunk.rfind(b"\n") + 1  # a half-written line waits
+        lines = chunk[:end].decode(errors="replace").splitlines()
+        if len(lines) > LOG_LINES_PER_BEAT:
+            lines, truncated = lines[-LOG_LINES_PER_BEAT:], True
+        return [line[:LOG_LINE_MAX_LENGTH] for line in lines], truncated, replica.log_offset + end
+
+    def report(self) -> tuple[dict[str, Any], dict[int, int]]:
+        processes = []
+        offsets: dict[int, int] = {}
+        for replica in sorted(self.held.values(), key=lambda r: r.replica):
+            lines, truncated, offsets[replica.replica] = self._new_log(replica)
+            entry: dict[str, Any] = {"replica": replica.replica, "pid": replica.pid, "log": lines}
+            if truncated:
+                entry["log_truncated"] = True
+            if replica.exit_code is None:
+                entry["state"] = "running"
+            else:
+                entry.update(state="exited", exit_code=max(-255, min(255, replica.exit_code)))
+            processes.append(entry)
+        busy = {i for r in self.held.values() if r.exit_code is None for i in r.gpus}
+        body = {"node": self.node, "processes": processes, "samples": self.gpus.samples(busy)}
+        return body, offsets
+
+    def register(self) -> dict[str, Any]:
+        console, node_id = self.owner
+        held = [{"replica": r.replica, "job": r.job, "pid": r.pid} for r in self.held.values()]
+        answer = self.client.post(
+            "/api/v1/agent/register/",
+            json={
+                "node": self.node,
+                "version": __version__,
+                "gpus": self.gpus.devices(),
+                "state_console": console,
+                "state_node_id": node_id,
+                "held": held,
+            },
+        )
+        answer.raise_for_status()
+        registration: dict[str, Any] = answer.json()
+        self.heartbeat_seconds = float(registration.get("heartbeat_seconds", self.heartbeat_seconds))
+        if registration.get("mismatch"):
+            logger.warning("the console cordoned %s: %s", self.node, "; ".join(registration["mismatch"]))
+        if "console" in registration:  # a console older than identities keeps the directory as it is
+            self._claim(registration)
+        return registration
+
+    def beat(self) -> dict[str, Any]:
+        body, offsets = self.report()
+        answer = self.client.post("/api/v1/agent/heartbeat/", json=body)
+        answer.raise_for_status()
+        desired: dict[str, Any] = answer.json()
+        # The console has what this beat carried: move the log offsets on, forget the exited.
+        for replica_id, offset in offsets.items():
+            replica = self.held.get(replica_id)
+            if replica is None:
+                continue
+            if replica.exit_code is not None:
+                self._forget(replica)
+            elif offset != replica.log_offset:
+                replica.log_offset = offset
+                self._save(replica)
+        self.heartbeat_seconds = float(desired.get("heartbeat_seconds", self.heartbeat_seconds))
+        for stop in desired.get("stops", []):
+            self.stop(stop)
+        for start in desired.get("starts", []):
+            self.start(start)
+        return desired
+
+    def run(self) -> None:
+        """Register (retrying while the console is away), then beat until SIGTERM or SIGINT.
+
+        Stopping the agent leaves its jobs running: a restarted agent adopts them."""
+        signal.signal(signal.SIGTERM, self._stop_running)
+        signal.signal(signal.SIGINT, self._stop_running)
+        registered = False
+        next_beat = 0.0
+        while not self.stopping:
+            early = self.watch()
+            if time.monotonic() >= next_beat or early:
+                try:
+                    if not registered:
+                        self.register()
+                        registered = True
+                    self.beat()
+                except (httpx.HTTPError, ValueError) as error:
+                    logger.warning("console unreachable or refused: %s", error)
+                except OSError as error:  # the state directory: full, or not writable
+                    logger.warning("state directory %s: %s", self.state_dir, error)
+                next_beat = time.monotonic() + beat_delay(self.heartbeat_seconds)
+            time.sleep(POLL_SECONDS)
+
+    def _stop_running(self, signum: int, frame: object) -> None:
+        self.stopping = True
+
+
+def beat_delay(heartbeat_seconds: float) -> float:
+    """Seconds until the next beat: the heartbeat, give or take BEAT_JITTER of it."""
+    return heartbeat_seconds * random.uniform(1 - BEAT_JITTER, 1 + BEAT_JITTER)
