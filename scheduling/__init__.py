@@ -24,6 +24,6 @@
 - `tasks`, `providers`, `simulate/`: entry points.
 - `api/`, `views`, `forms`, `templatetags/`, `admin`, `management/`: interfaces. The pages that
   show jobs beside what lower apps hold are here too, since imports point down: `quota_views`
-  (Resource Quotas, the Quota page and its actions), `node_views` and `node_actions` (Nodes),
+  and `quota_actions` (Resource Quotas, the Quota page and its actions), `node_views` and `node_actions` (Nodes),
   `workspace_views` (a workspace's Quotas and Usage tabs, member removal).
 """

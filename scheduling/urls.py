@@ -3,7 +3,7 @@ jobs beside what lower apps hold (quotas, nodes, a workspace's Quotas and Usage 
 
 from django.urls import path
 
-from scheduling import node_actions, node_views, quota_views, views, workspace_views
+from scheduling import node_actions, node_views, quota_actions, quota_views, views, workspace_views
 
 urlpatterns = [
     path("jobs/", views.job_list_page, name="jobs-page"),
@@ -12,14 +12,14 @@ urlpatterns = [
     path("jobs/<int:pk>/", views.job_detail_page, name="job-page"),
     path("jobs/<int:pk>/cancel/", views.job_cancel_page, name="job-cancel-page"),
     path("quotas/", quota_views.resource_quotas, name="resource-quotas"),
-    path("quotas/new/", quota_views.quota_new, name="quota-new"),
+    path("quotas/new/", quota_actions.quota_new, name="quota-new"),
     path("quotas/<int:quota_id>/", quota_views.quota_detail, name="quota-detail"),
-    path("quotas/<int:quota_id>/new-child/", quota_views.quota_new_child, name="quota-new-child"),
-    path("quotas/<int:quota_id>/scale/", quota_views.quota_scale, name="quota-scale"),
-    path("quotas/<int:quota_id>/transfer/", quota_views.quota_transfer, name="quota-transfer"),
-    path("quotas/<int:quota_id>/edit/", quota_views.quota_edit, name="quota-edit"),
-    path("quotas/<int:quota_id>/delete/", quota_views.quota_delete, name="quota-delete"),
-    path("quotas/<int:quota_id>/switch/<slug:switch>/", quota_views.quota_switch, name="quota-switch"),
+    path("quotas/<int:quota_id>/new-child/", quota_actions.quota_new_child, name="quota-new-child"),
+    path("quotas/<int:quota_id>/scale/", quota_actions.quota_scale, name="quota-scale"),
+    path("quotas/<int:quota_id>/transfer/", quota_actions.quota_transfer, name="quota-transfer"),
+    path("quotas/<int:quota_id>/edit/", quota_actions.quota_edit, name="quota-edit"),
+    path("quotas/<int:quota_id>/delete/", quota_actions.quota_delete, name="quota-delete"),
+    path("quotas/<int:quota_id>/switch/<slug:switch>/", quota_actions.quota_switch, name="quota-switch"),
     path("nodes/", node_views.nodes_page, name="nodes-page"),
     path("nodes/new/", node_actions.node_new, name="node-new"),
     path("pools/new/", node_actions.pool_new, name="pool-new"),

@@ -69,6 +69,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "api",
                 "views",
                 "quota_views",
+                "quota_actions",
                 "node_views",
                 "node_actions",
                 "workspace_views",
