@@ -37,18 +37,19 @@ from django.db import IntegrityError, transaction
 
 from quotas import bounds
 from quotas.models import NodeExecutor
+from quotas.node_agents import installation_identity
 from scheduling import lifecycle, triggers
 from scheduling.agent_services import _append_logs
 from scheduling.models import Job, JobEventKind, JobLog, JobState, ReplicaPlacementRecord
 from scheduling.services import finish_job
-from slurm import inventory
+from slurm import inventory, naming
 from slurm.client import SlurmClient, SlurmJob, SlurmUnavailable
 from slurm.models import SlurmJob as SlurmJobRow
 
 logger = logging.getLogger(__name__)
 
-# The prefix of the names of the Slurm jobs the console submits: gqc-<job id>-<replica id>.
-JOB_NAME_PREFIX = "gqc-"
+# The prefix of the names of the Slurm jobs the console submits: gqc-<console>-<job id>-<replica id>.
+JOB_NAME_PREFIX = naming.PREFIX
 # A job with no command still holds its GPUs for its duration (or until ended), as on agent nodes.
 _FOREVER_SECONDS = 2**31 - 1
 # How much new output one sync reads of one Slurm job.
@@ -71,7 +72,8 @@ def client() -> SlurmClient:
 
 
 def job_name(job_id: int, replica: int) -> str:
-    return f"{JOB_NAME_PREFIX}{job_id}-{replica}"
+    """The name of this console's Slurm job of one replica (slurm.naming: with its identity)."""
+    return naming.job_name(installation_identity(), job_id, replica)
 
 
 def forget_last_sync() -> None:
@@ -122,7 +124,11 @@ def sync(slurm: SlurmClient, now: datetime) -> int:
         jobs = slurm.jobs()
     except SlurmUnavailable as error:
         return changed + inventory.mark_unreachable(str(error), now)
-    changed += follow(slurm, [job for job in jobs if job.name.startswith(JOB_NAME_PREFIX)], now, read_from=read_from)
+    # Only this console's jobs are followed, adopted or stopped; another console's (the same
+    # numbers, another identity) are left alone, said once.
+    named = naming.sort_out(jobs, installation_identity())
+    naming.report_foreign(named.foreign)
+    changed += follow(slurm, named.own, now, read_from=read_from)
     return changed
 
 
@@ -210,11 +216,12 @@ def submit_placed(slurm: SlurmClient, *, job_ids: Sequence[int] | None = None) -
         inventory.warn_once("output", f"Slurm: SLURM_OUTPUT_DIR {output_dir} cannot be made: {error.strerror}")
         return 0
     submitted = 0
+    console = installation_identity()
     for one in placed:
         job = jobs.get(one.job_id)
         if job is None or job.state != JobState.RUNNING:
             continue
-        name = job_name(job.pk, one.replica)
+        name = naming.job_name(console, job.pk, one.replica)
         output = output_dir / f"{name}.out"
         try:
             with transaction.atomic():
@@ -286,9 +293,9 @@ class _Outcome:
 
 
 def follow(slurm: SlurmClient, seen: Sequence[SlurmJob], now: datetime, *, read_from: datetime) -> int:
-    """Match the console's open Slurm jobs with what squeue said (`seen`, read from `read_from`
-    on); record starts, output and ends; stop what is no longer wanted; settle the console jobs
-    whose Slurm jobs ended."""
+    """Match the console's open Slurm jobs with what squeue said of this console's jobs (`seen`,
+    read from `read_from` on; slurm.naming sorted out the others'); record starts, output and
+    ends; stop what is no longer wanted; settle the console jobs whose Slurm jobs ended."""
     by_id = {job.slurm_id: job for job in seen}
     by_name = {job.name: job for job in seen if job.live}
     rows = list(SlurmJobRow.objects.filter(ended_at__isnull=True).select_related("job"))

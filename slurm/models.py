@@ -10,7 +10,8 @@ class SlurmJob(models.Model):
 
     The row is written before `sbatch` runs (`slurm_id` empty until it answers): a second tick,
     or a console restarted meanwhile, finds the row and never submits the replica twice; a row
-    whose id never came back is matched to Slurm's job by its name (`gqc-<job>-<replica>`).
+    whose id never came back is matched to Slurm's job by its name (`gqc-<console>-<job>-<replica>`,
+    slurm.naming: only this console's).
     `replica` is the placement's id as a plain number, as AgentProcess keeps it: the placement is
     deleted when the job lets go of its GPUs, and a Slurm job outliving it must still be stopped.
     """

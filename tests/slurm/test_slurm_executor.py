@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from rest_framework.test import APIClient
 
 from gqc.cli import cli
 from quotas.models import Node, NodeExecutor, NodeState
+from quotas.node_agents import installation_identity
 from scheduling.cycle import run_cycle
 from scheduling.executors import get_executor
 from scheduling.models import Job, JobEvent, JobEventKind, JobLog, JobState
@@ -32,7 +34,7 @@ from slurm import executor, inventory
 from slurm.models import SlurmJob
 from tests.conftest import PASSWORD
 from tests.scheduling.conftest import Cluster, build_cluster
-from tests.slurm.conftest import GPUS_PER_NODE, NODE_NAMES, SlurmCluster
+from tests.slurm.conftest import GPUS_PER_NODE, NODE_NAMES, SlurmCluster, wait_until
 from workspaces import services as workspace_services
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -274,6 +276,56 @@ def test_a_restarted_console_adopts_its_running_slurm_job_and_starts_it_not_twic
     assert starts.read_text() == "x\n"
     assert len(live_in_slurm(slurm, job)) == 1 and state(job) == JobState.RUNNING
     assert JobEvent.objects.filter(job=job, kind=JobEventKind.STARTED).count() == 1
+
+
+def test_another_consoles_slurm_jobs_with_the_same_numbers_are_never_adopted_nor_stopped(
+    slurm: SlurmCluster,
+    submit: Callable[..., Job],
+    client_for: Clients,
+    member: AbstractUser,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    job = submit("mine", "echo mine; sleep 120", grace_seconds=1)
+    settle(lambda: logs(client_for(member), job) == ["mine"], what="the console's job runs")
+    row = SlurmJob.objects.get(job=job)
+    assert row.name == f"gqc-{installation_identity()}-{job.pk}-{row.replica}"
+    # Another console on the same cluster, with the same job and replica numbers: one of today's
+    # names, and one from before names carried an identity. Submitted as that console would.
+    theirs = [f"gqc-{uuid.uuid4()}-{job.pk}-{row.replica}", f"gqc-{job.pk}-{row.replica}"]
+    foreign_ids = [
+        int(
+            slurm.command(
+                "sbatch", "--parsable", f"--job-name={name}", f"--nodelist={row.node_name}", "--wrap=sleep 120"
+            )
+            .strip()
+            .split(";")[0]
+        )
+        for name in theirs
+    ]
+    wait_until(
+        lambda: {int(one["job_id"]) for one in slurm.live_jobs() if one["job_state"] == "RUNNING"} >= set(foreign_ids),
+        what="the other console's jobs run",
+    )
+    # This console lost sbatch's answer and restarts: it adopts its own job by its name, not theirs.
+    (own_id,) = slurm_ids(job)
+    SlurmJob.objects.filter(job=job).update(slurm_id=None)
+    executor.forget_last_sync()
+    with caplog.at_level(logging.INFO, logger="slurm"):
+        settle(lambda: slurm_ids(job) == [own_id], what="its own Slurm job adopted")
+        for _turn in range(5):
+            console_turn()
+    assert state(job) == JobState.RUNNING
+    assert JobEvent.objects.filter(job=job, kind=JobEventKind.STARTED).count() == 1
+    assert SlurmJob.objects.filter(job=job).count() == 1
+    for foreign_id, name in zip(foreign_ids, theirs, strict=True):
+        said = [record.getMessage() for record in caplog.records if f"Slurm job {foreign_id} " in record.getMessage()]
+        # Once, over the six syncs that saw it.
+        assert len(said) == 1 and f"({name}, RUNNING)" in said[0] and "not this console's: left alone" in said[0], said
+    # Cancelling the console's job ends its own Slurm job only.
+    assert client_for(member).post(f"/api/v1/jobs/{job.pk}/cancel/").status_code == 200
+    settle(lambda: state(job) == JobState.CANCELLED, what="the console's job cancelled")
+    live = {int(one["job_id"]) for one in slurm.live_jobs()}
+    assert own_id not in live and set(foreign_ids) <= live
 
 
 def test_a_silent_slurmctld_makes_the_nodes_not_ready_without_a_traceback(
