@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from django.db import connection
 from django.db.models import FloatField, Func, QuerySet
 
-from quotas.models import Node, NodeState, Quota, ResourcePool
+from quotas.models import Node, NodeExecutor, NodeState, Quota, ResourcePool
 from scheduling import engine
 from scheduling.engine import types as engine_types
 from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, ReplicaPlacementRecord, SchedulerFence
@@ -284,6 +284,24 @@ class NodesAndQuotas(NamedTuple):
     quotas: list[engine.Quota]
 
 
+# A Slurm node's label: the devices Slurm jobs outside the console hold (slurm.inventory writes it).
+GPUS_OUTSIDE_LABEL = "slurm.gpus_outside"
+
+
+def held_outside(labels: Any) -> tuple[int, ...]:
+    """The devices of a Slurm node that Slurm jobs outside the console hold, as the Slurm sync
+    writes them in the node's labels (`slurm.gpus_outside`: "0,1"; docs/slurm.md). The labels as
+    the driver returns the JSON column: text, or already a dict."""
+    if isinstance(labels, str):
+        if GPUS_OUTSIDE_LABEL not in labels:
+            return ()
+        labels = json.loads(labels)
+    written = labels.get(GPUS_OUTSIDE_LABEL, "") if isinstance(labels, dict) else ""
+    if not isinstance(written, str):
+        return ()
+    return tuple(int(part) for part in written.split(",") if part.strip().isdigit())
+
+
 def read_nodes_and_quotas() -> NodesAndQuotas:
     """The fence first (see `build_snapshot`), then the pools, the nodes and the quotas, in four
     queries. Each node and quota carries its pool's name, and the engine schedules each pool on
@@ -297,9 +315,11 @@ def read_nodes_and_quotas() -> NodesAndQuotas:
     nodes: list[engine.Node] = []
     node_names: dict[int, str] = {}
     node_rows = raw_rows(
-        Node.objects.order_by("id").values_list("id", "name", "gpus", "cpu", "memory_gib", "state", "pool__name")
+        Node.objects.order_by("id").values_list(
+            "id", "name", "gpus", "cpu", "memory_gib", "state", "pool__name", "executor", "labels"
+        )
     )
-    for node_id, name, gpus, cpu, memory_gib, state, pool in node_rows:
+    for node_id, name, gpus, cpu, memory_gib, state, pool, executor, labels in node_rows:
         nodes.append(
             engine.Node(
                 name=name,
@@ -311,6 +331,7 @@ def read_nodes_and_quotas() -> NodesAndQuotas:
                 schedulable=state == NodeState.READY,
                 draining=state == NodeState.DRAINING,
                 pool=pool,
+                held_outside=held_outside(labels) if executor == NodeExecutor.SLURM else (),
             )
         )
         node_names[node_id] = name

@@ -128,6 +128,8 @@ def sync(slurm: SlurmClient, now: datetime) -> int:
     # numbers, another identity) are left alone, said once.
     named = naming.sort_out(jobs, installation_identity())
     naming.report_foreign(named.foreign)
+    own = {job.slurm_id for job in named.own}
+    changed += inventory.mark_held_outside(job for job in jobs if job.slurm_id not in own)
     changed += follow(slurm, named.own, now, read_from=read_from)
     return changed
 

@@ -5,13 +5,16 @@ as the model), CPUs and memory, in the default pool (pools per partition are a l
 partition is recorded in the node's labels, `slurm.partition`). Slurm's availability follows
 into the node's state when it changes: up → ready, DRAIN → draining (the console evicts its jobs
 there), DOWN and the like → not ready, with Slurm's reason in the labels (`slurm.reason`). An
-admin's cordon in the console stands until Slurm's availability changes again.
+admin's cordon in the console stands until Slurm's availability changes again. The GPUs that
+Slurm jobs outside the console hold are written there too (`slurm.gpus_outside`), and are not
+free to the console (scheduling.snapshot).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,7 +26,8 @@ from quotas import audit
 from quotas.models import Node, NodeExecutor, NodeState
 from quotas.services.nodes import NewNode, create_nodes, node_snapshot, update_node
 from scheduling import triggers
-from slurm.client import SlurmNode
+from scheduling.snapshot import GPUS_OUTSIDE_LABEL
+from slurm.client import SlurmJob, SlurmNode
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +36,8 @@ AVAILABILITY = "slurm.availability"
 REASON = "slurm.reason"
 # Slurm's availability → the console's node state.
 _STATE_OF = {"up": NodeState.READY, "drain": NodeState.DRAINING}
+# Live job states in which a job holds no devices yet.
+_WAITING_STATES = frozenset({"PENDING", "REQUEUED"})
 # Warnings already logged (a node name clash, an unreachable Slurm): each once until it changes.
 _warned: dict[str, str] = {}
 
@@ -58,11 +64,8 @@ def _labels(node: SlurmNode, kept: dict[str, Any]) -> dict[str, Any]:
 
 
 def sync_nodes(nodes: Sequence[SlurmNode], now: datetime) -> int:
-    """Create, change and mark the console's Slurm nodes as Slurm reports them; returns how many changed.
-
-    The GPUs that Slurm jobs outside the console hold are not yet taken off the console's free
-    GPUs: docs/slurm.md says so.
-    """
+    """Create, change and mark the console's Slurm nodes as Slurm reports them; returns how many
+    changed. (The GPUs that jobs outside the console hold: mark_held_outside, once squeue is read.)"""
     _warned.pop("unreachable", None)
     existing = {node.name: node for node in Node.objects.filter(name__in=[n.name for n in nodes])}
     new: list[NewNode] = []
@@ -166,6 +169,35 @@ def _set_availability(node: Node, availability: str, reason: str, now: datetime)
     return 1
 
 
+def mark_held_outside(jobs: Iterable[SlurmJob]) -> int:
+    """Write on each Slurm node the devices that Slurm jobs outside the console (`jobs`: squeue's
+    jobs less the console's own) hold there, as the label `slurm.gpus_outside` ("0,1"; absent
+    when none), which the snapshot takes off the console's free GPUs. Returns how many nodes
+    changed; a change asks for a cycle (GPUs freed outside may start a pending job).
+
+    A job on one node counts with the indices Slurm bound (squeue's gres_detail). A job over
+    several nodes does not count yet: squeue names its nodes as a host list and its bound devices
+    per node, which this does not split (docs/slurm.md, "Not done yet")."""
+    held: dict[str, set[int]] = defaultdict(set)
+    for job in jobs:
+        if job.live and job.state not in _WAITING_STATES and job.gpu_indices:
+            held[job.nodes].update(job.gpu_indices)
+    changed = 0
+    for node in Node.objects.filter(executor=NodeExecutor.SLURM).only("pk", "labels"):
+        wanted = ",".join(map(str, sorted(held.get(node.name, ()))))
+        if node.labels.get(GPUS_OUTSIDE_LABEL, "") == wanted:
+            continue
+        with transaction.atomic():
+            current = Node.objects.select_for_update().only("pk", "labels").get(pk=node.pk)
+            labels = {key: value for key, value in current.labels.items() if key != GPUS_OUTSIDE_LABEL}
+            if wanted:
+                labels[GPUS_OUTSIDE_LABEL] = wanted
+            Node.objects.filter(pk=node.pk).update(labels=labels)
+            triggers.request_cycle_on_commit("slurm-gpus-outside")
+        changed += 1
+    return changed
+
+
 def mark_unreachable(why: str, now: datetime) -> int:
     """Slurm did not answer: one warning (again only when the sentence changes), and after
     NODE_LOST_SECONDS without an answer its nodes are not ready, the sentence as their reason."""
@@ -181,4 +213,13 @@ def mark_unreachable(why: str, now: datetime) -> int:
     return changed
 
 
-__all__ = ["AVAILABILITY", "PARTITION", "REASON", "forget_warnings", "mark_unreachable", "sync_nodes", "warn_once"]
+__all__ = [
+    "AVAILABILITY",
+    "PARTITION",
+    "REASON",
+    "forget_warnings",
+    "mark_held_outside",
+    "mark_unreachable",
+    "sync_nodes",
+    "warn_once",
+]

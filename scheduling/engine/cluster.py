@@ -68,6 +68,10 @@ class Cluster:
         # it (occupy_initial) but offers no free GPU to anyone.
         self.ready = [node.placeable for node in nodes]
         self.dev_free = [[MILLI] * g for g in self.gpus]
+        for n, node in enumerate(nodes):
+            for d in node.held_outside:
+                if 0 <= d < self.gpus[n]:
+                    self.dev_free[n][d] = 0
         self.cpu_free = [float(n.cpu) if n.cpu > 0 else math.inf for n in nodes]
         self.mem_free = [float(n.memory_gib) if n.memory_gib > 0 else math.inf for n in nodes]
         self.max_gpus = max((g for g, r in zip(self.gpus, self.ready, strict=False) if r), default=0)

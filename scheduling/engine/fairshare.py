@@ -384,7 +384,7 @@ def cluster_capacity(snapshot: Snapshot) -> int:
     a cluster without them, and make them reclaim victims for nothing. As the jobs leave (a
     drain), the capacity shrinks with them. A node that is not ready counts for nothing.
     """
-    total = sum(node.gpus for node in snapshot.nodes if node.placeable) * MILLI
+    total = sum(node.console_gpus for node in snapshot.nodes if node.placeable) * MILLI
     cordoned = {node.name for node in snapshot.nodes if node.ready and not node.placeable}
     if not cordoned:
         return total

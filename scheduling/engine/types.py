@@ -72,11 +72,19 @@ class Node:
     schedulable: bool = True
     draining: bool = False
     pool: str = ""  # its resource pool's name; one pool ("") when no node or quota names one
+    # Devices that work outside the console holds (a Slurm job submitted by hand): never free
+    # to the console's jobs, and not part of the capacity that fair share divides.
+    held_outside: tuple[int, ...] = ()
 
     @property
     def placeable(self) -> bool:
         """Takes new placements: up, not cordoned, not draining."""
         return self.ready and self.schedulable and not self.draining
+
+    @property
+    def console_gpus(self) -> int:
+        """The GPUs the console may use: all but those held outside it."""
+        return self.gpus - len({d for d in self.held_outside if 0 <= d < self.gpus})
 
 
 @dataclass(frozen=True, slots=True)

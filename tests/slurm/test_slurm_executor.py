@@ -30,6 +30,7 @@ from quotas.node_agents import installation_identity
 from scheduling.cycle import run_cycle
 from scheduling.executors import get_executor
 from scheduling.models import Job, JobEvent, JobEventKind, JobLog, JobState
+from scheduling.snapshot import GPUS_OUTSIDE_LABEL
 from slurm import executor, inventory
 from slurm.models import SlurmJob
 from tests.conftest import PASSWORD
@@ -295,7 +296,12 @@ def test_another_consoles_slurm_jobs_with_the_same_numbers_are_never_adopted_nor
     foreign_ids = [
         int(
             slurm.command(
-                "sbatch", "--parsable", f"--job-name={name}", f"--nodelist={row.node_name}", "--wrap=sleep 120"
+                "sbatch",
+                "--parsable",
+                f"--job-name={name}",
+                f"--nodelist={row.node_name}",
+                "--output=/dev/null",
+                "--wrap=sleep 120",
             )
             .strip()
             .split(";")[0]
@@ -326,6 +332,38 @@ def test_another_consoles_slurm_jobs_with_the_same_numbers_are_never_adopted_nor
     settle(lambda: state(job) == JobState.CANCELLED, what="the console's job cancelled")
     live = {int(one["job_id"]) for one in slurm.live_jobs()}
     assert own_id not in live and set(foreign_ids) <= live
+
+
+def test_gpus_a_slurm_job_outside_the_console_holds_are_not_free_to_the_console(
+    slurm: SlurmCluster, submit: Callable[..., Job], client_for: Clients, member: AbstractUser
+) -> None:
+    # Someone submits straight to Slurm, outside the console: both GPUs of n1.
+    outside = int(
+        slurm.command(
+            "sbatch", "--parsable", "--job-name=by-hand", "--nodelist=n1", f"--gres=gpu:{GPUS_PER_NODE}",
+            "--output=/dev/null",
+            "--wrap=sleep 120",
+        )
+        .strip()
+        .split(";")[0]
+    )
+    every_gpu = ",".join(map(str, range(GPUS_PER_NODE)))
+    settle(
+        lambda: Node.objects.get(name="n1").labels.get(GPUS_OUTSIDE_LABEL) == every_gpu, what="n1's GPUs held outside"
+    )
+    assert GPUS_OUTSIDE_LABEL not in Node.objects.get(name="n2").labels
+    first = submit("first", 'echo "on $SLURMD_NODENAME"; sleep 120', gpus=GPUS_PER_NODE)
+    settle(lambda: logs(client_for(member), first) == ["on n2"], what="the first job on n2, the node left free")
+    # No node has a free GPU now: the second job waits in the console rather than counting as
+    # running on n1 while Slurm keeps it pending.
+    second = submit("second", 'echo "on $SLURMD_NODENAME"; sleep 120', gpus=1)
+    for _turn in range(3):
+        console_turn()
+    assert state(second) == JobState.PENDING and not SlurmJob.objects.filter(job=second).exists()
+    slurm.command("scancel", str(outside))
+    settle(lambda: logs(client_for(member), second) == ["on n1"], what="the second job on n1 once it is free")
+    assert GPUS_OUTSIDE_LABEL not in Node.objects.get(name="n1").labels
+    assert state(first) == JobState.RUNNING
 
 
 def test_a_silent_slurmctld_makes_the_nodes_not_ready_without_a_traceback(
