@@ -112,15 +112,21 @@ class QuotaOverview(TypedDict):
 
 
 def quota_overview(
-    *, rows: Sequence[QuotaTreeRow], now: datetime, span: ChartRange = DEFAULT_RANGE, asked: int | None = None
+    *,
+    rows: Sequence[QuotaTreeRow],
+    now: datetime,
+    span: ChartRange = DEFAULT_RANGE,
+    asked: int | None = None,
+    pool: str = "",
 ) -> QuotaOverview:
     """The Overview of the Resource Quotas page, from the tree rows the user may see.
 
     The stacked area stacks the children of the quota in view (`asked`, a visible quota's id:
     quota_in_view.asked_quota checks it), each with its guarantee line, and that quota's own
-    jobs; with none asked, the roots, or under a single root its children. Two queries for the
-    history (the tree rows come with their status already) and one for the quota's children,
-    whatever the number of quotas: the area chart stacks one level only."""
+    jobs; with none asked, the roots, or under a single root its children. Where the page shows
+    one pool alone, `rows` are that pool's and `pool` names it: the section's links keep it.
+    Two queries for the history (the tree rows come with their status already) and one for the
+    quota's children, whatever the number of quotas: the area chart stacks one level only."""
     focus = focus_of(rows, asked)
     # One query in every view (with no quota in view it counts the roots, unused), so that the
     # page's queries stay the same whatever the tree (tests/console/test_quota_charts.py).
@@ -138,7 +144,7 @@ def quota_overview(
     banded = set(in_bands)
     followed = [*in_bands, *(row["quota"].pk for row in rows if row["quota"].pk not in banded)]
     followed = followed[:LIVE_MAX_TOPICS]
-    where = in_view(rows, focus, asked=asked)
+    where = in_view(rows, focus, asked=asked, pool=pool)
     return QuotaOverview(
         treemap=_treemap(rows, level=where["treemap_level"] or None),
         colour_scale=json.dumps(_USE_COLOURS),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TypedDict
+from urllib.parse import quote
 
 from django.http import Http404
 
@@ -33,6 +34,8 @@ class InView(TypedDict):
     several_roots: bool  # "All quotas" (the roots stacked) is a choice of its own
     treemap_level: str  # the treemap's box for it ("" for the top); charts.js keeps it in step
     range_base: str  # the range switch's links keep the quota in view
+    pool: str  # the pool the page shows alone ("" for all): the picker's hidden field keeps it
+    pool_query: str  # "&pool=NAME" (or ""): every link of the section keeps the pool
 
 
 def asked_quota(asked: str, rows: Sequence[QuotaTreeRow]) -> int | None:
@@ -61,9 +64,11 @@ def parents_with_children(rows: Sequence[QuotaTreeRow]) -> set[int]:
     return {row["quota"].parent_id for row in rows if row["quota"].parent_id in visible}
 
 
-def in_view(rows: Sequence[QuotaTreeRow], focus: Quota | None, *, asked: int | None) -> InView:
-    """The trail, the picker's choices and the treemap's level for the quota in view."""
+def in_view(rows: Sequence[QuotaTreeRow], focus: Quota | None, *, asked: int | None, pool: str = "") -> InView:
+    """The trail, the picker's choices and the treemap's level for the quota in view; `rows` are
+    the chosen pool's alone where the page shows one (`pool`), whose links then keep it."""
     parents = parents_with_children(rows)
+    pool_query = f"&pool={quote(pool, safe='')}" if pool else ""
     by_id = {row["quota"].pk: row["quota"] for row in rows}
     trail: list[Quota] = []
     current = focus
@@ -81,7 +86,9 @@ def in_view(rows: Sequence[QuotaTreeRow], focus: Quota | None, *, asked: int | N
         ],
         several_roots=sum(1 for row in rows if row["depth"] == 0) > 1,
         treemap_level=treemap_level(focus, parents) or "",
-        range_base=f"?view=overview&quota={asked}&range=" if asked is not None else "?view=overview&range=",
+        range_base=f"?view=overview{pool_query}{'' if asked is None else f'&quota={asked}'}&range=",
+        pool=pool,
+        pool_query=pool_query,
     )
 
 

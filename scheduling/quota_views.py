@@ -75,7 +75,8 @@ def resource_quotas(request: HttpRequest) -> HttpResponse:
     if view == "overview":
         span = allocation_history.chart_range(request.GET.get("range"))
         asked = quota_in_view.asked_quota(request.GET.get("quota", ""), rows)
-        overview = quota_charts.quota_overview(rows=rows, now=get_clock().now(), span=span, asked=asked)
+        # A quota of another pool than the chosen one is not among `rows`: a 404, as a missing one.
+        overview = quota_charts.quota_overview(rows=rows, now=get_clock().now(), span=span, asked=asked, pool=pool)
         context.update(rows=rows, overview=overview, ranges=allocation_history.CHART_RANGES)
         if request.headers.get("HX-Target") == "allocation-section":  # a treemap box, the picker
             return render(request, "scheduling/quotas/allocation.html", context)

@@ -138,3 +138,52 @@ def test_htmx_asking_for_the_section_gets_the_section_alone(deeper_pai: dict[str
     assert body.lstrip().startswith('<section id="allocation-section"')
     assert "quota-treemap" not in body and "<html" not in body
     assert band_names(answer.content)[0] == "Quota1.1.a"
+
+
+@pytest.fixture
+def two_pools(deeper_pai: dict[str, AbstractUser]) -> dict[str, AbstractUser]:
+    """PAI's tree in the default pool beside a second root (Pool2), and a100 with its own two roots:
+    batch (4, with batch.x 2 under it) and infer (4), on one 8-GPU node."""
+    quota_services.create_quota(actor=None, name="Pool2", gpus=0)
+    a100 = quota_services.create_pool(actor=None, name="a100")
+    quota_services.create_node(actor=None, name="a-1", gpus=8, pool=a100)
+    batch = quota_services.create_quota(actor=None, name="batch", pool=a100, gpus=4)
+    quota_services.create_quota(actor=None, name="batch.x", parent=batch, gpus=2)
+    quota_services.create_quota(actor=None, name="infer", pool=a100, gpus=4)
+    job_services.converge()
+    return deeper_pai
+
+
+def test_the_section_stacks_the_chosen_pools_roots_and_its_links_keep_the_pool(
+    two_pools: dict[str, AbstractUser],
+) -> None:
+    admin = client_as(two_pools, "platform-admin")
+    page = admin.get("/quotas/?view=overview&pool=a100&range=24h").content.decode()
+    # The roots stacked are a100's alone; the picker offers a100's quotas alone.
+    assert band_names(page.encode()) == ["batch", "infer", "batch guarantee", "infer guarantee"]
+    form = re.search(r'<form method="get" action="/quotas/" class="filter quota-picker".*?</form>', page, re.S)
+    assert form is not None
+    assert '<input type="hidden" name="pool" value="a100">' in form[0]
+    options = re.findall(r'<option value="(\d*)"( selected)?>([^<]*)</option>', form[0])
+    assert options == [("", " selected", "All quotas (the roots)"), (str(quota_id("batch")), "", "batch")]
+    # The stack link, the range switch and the treemap's click keep the pool.
+    stack = f"/quotas/?view=overview&amp;pool=a100&amp;range=24h&amp;quota={quota_id('batch')}"
+    assert f'class="stack-link" href="{stack}" hx-get="{stack}"' in page
+    assert 'href="?view=overview&amp;pool=a100&amp;range=1h"' in page
+    assert 'data-drill-url="?view=overview&amp;pool=a100&amp;range=24h"' in page
+    # Stacking batch's quotas: the trail back up to the pool's roots keeps the pool too.
+    inside = admin.get(f"/quotas/?view=overview&pool=a100&range=24h&quota={quota_id('batch')}").content.decode()
+    assert band_names(inside.encode())[:2] == ["batch.x", "batch (own jobs)"]
+    trail = re.search(r'<nav class="trail" aria-label="Quota in view">(.*?)</nav>', inside, re.S)
+    assert trail is not None
+    assert '<li><a href="/quotas/?view=overview&amp;pool=a100&amp;range=24h" ' in trail[1]  # All quotas
+    assert f'href="?view=overview&amp;pool=a100&amp;quota={quota_id("batch")}&amp;range=7d"' in inside
+    # Without a pool, every pool's roots are stacked, as before.
+    assert set(band_names(admin.get("/quotas/?view=overview").content)[:4]) == {"Quota1", "Pool2", "batch", "infer"}
+
+
+def test_a_quota_of_another_pool_than_the_chosen_one_is_a_404(two_pools: dict[str, AbstractUser]) -> None:
+    # The page shows the chosen pool alone: a quota outside it is not there, as a missing one.
+    admin = client_as(two_pools, "platform-admin")
+    assert admin.get(f"/quotas/?view=overview&pool=a100&quota={quota_id('Quota1.1')}").status_code == 404
+    assert admin.get(f"/quotas/?view=overview&pool=default&quota={quota_id('Quota1.1')}").status_code == 200
