@@ -26,7 +26,7 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -39,7 +39,7 @@ from quotas import bounds
 from quotas.models import NodeExecutor
 from quotas.node_agents import installation_identity
 from scheduling import lifecycle, triggers
-from scheduling.agent_beat import replica_environment
+from scheduling.agent_beat import replica_environment, replica_ranks
 from scheduling.agent_services import _append_logs, _log_tail
 from scheduling.models import Job, JobEventKind, JobState, ReplicaPlacementRecord
 from scheduling.services import finish_job
@@ -159,18 +159,6 @@ def _placed_without_slurm_job(job_ids: Sequence[int] | None) -> list[_Placed]:
     ]
 
 
-def _ranks(job_ids: Iterable[int]) -> dict[int, int]:
-    """Each replica's rank in its job (its position among the job's placements, from 0)."""
-    ranks: dict[int, int] = {}
-    position: dict[int, int] = defaultdict(int)
-    for replica, job_id in (
-        ReplicaPlacementRecord.objects.filter(job_id__in=set(job_ids)).order_by("id").values_list("id", "job_id")
-    ):
-        ranks[replica] = position[job_id]
-        position[job_id] += 1
-    return ranks
-
-
 def _environment(job: Job, rank: int, fraction: float) -> dict[str, str]:
     environment = replica_environment(
         job.environment or {},
@@ -204,7 +192,7 @@ def submit_placed(slurm: SlurmClient, *, job_ids: Sequence[int] | None = None) -
     if not placed:
         return 0
     jobs = {job.pk: job for job in Job.objects.filter(pk__in={p.job_id for p in placed}).select_related("quota")}
-    ranks = _ranks(jobs)
+    ranks = replica_ranks(jobs)
     output_dir = Path(str(settings.SLURM_OUTPUT_DIR))
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
