@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -212,27 +212,18 @@ def _read_beat(
     return placements, processes
 
 
-def replica_ranks(job_ids: Iterable[int]) -> dict[int, int]:
-    """Each replica of these jobs with its rank (its position among its job's placements, from 0),
-    by replica id, whichever executor runs it: one query."""
-    ranks: dict[int, int] = {}
-    position: dict[int, int] = defaultdict(int)
-    for replica, job_id in (
-        ReplicaPlacementRecord.objects.filter(job_id__in=set(job_ids)).order_by("id").values_list("id", "job_id")
-    ):
-        ranks[replica] = position[job_id]
-        position[job_id] += 1
-    return ranks
-
-
 def _add_ranks(placements: dict[int, dict[str, Any]], replicas: set[int]) -> None:
-    """The rank of these replicas: one query, only when some are new."""
+    """The rank (position in its job, from 0) of these replicas: one query, only when some are new."""
     if not replicas:
         return
-    ranks = replica_ranks({placements[replica]["job_id"] for replica in replicas})
-    for replica, rank in ranks.items():
+    jobs = {placements[replica]["job_id"] for replica in replicas}
+    position: dict[int, int] = defaultdict(int)
+    for replica, job_id in (
+        ReplicaPlacementRecord.objects.filter(job_id__in=jobs).order_by("id").values_list("id", "job_id")
+    ):
         if replica in placements:
-            placements[replica]["rank"] = rank
+            placements[replica]["rank"] = position[job_id]
+        position[job_id] += 1
 
 
 def _add_job_settings(placements: dict[int, dict[str, Any]], replicas: set[int]) -> None:
@@ -260,31 +251,17 @@ def _start_of(row: dict[str, Any]) -> DesiredStart:
         job=row["job_id"],
         rank=row["rank"],
         command=command,
-        environment=replica_environment(
-            row.get("environment", {}),
-            job_id=row["job_id"],
-            job_name=row["name"],
-            quota=row["quota"],
-            rank=row["rank"],
-            replicas=row["replicas"],
-        ),
+        # The job's own variables first, the console's on top (scheduling.job_environment refuses
+        # those names at submit; an older row is overridden, never obeyed).
+        environment={
+            **row.get("environment", {}),
+            "GQC_JOB_ID": str(row["job_id"]),
+            "GQC_JOB_NAME": row["name"],
+            "GQC_QUOTA": row["quota"],
+            "GQC_REPLICA_RANK": str(row["rank"]),
+            "GQC_REPLICAS": str(row["replicas"]),
+        },
         gpus=[int(device) for device in row["devices"]],
         fraction=float(row["fraction"]),
         image=row.get("image", ""),
     )
-
-
-def replica_environment(
-    own: Mapping[str, str], *, job_id: int, job_name: str, quota: str, rank: int, replicas: int
-) -> dict[str, str]:
-    """What a replica's process runs with, whichever executor starts it (agent or Slurm): the
-    job's own variables first, the console's on top (scheduling.job_environment refuses those
-    names at submit; an older row is overridden, never obeyed)."""
-    return {
-        **{str(name): str(value) for name, value in own.items()},
-        "GQC_JOB_ID": str(job_id),
-        "GQC_JOB_NAME": job_name,
-        "GQC_QUOTA": quota,
-        "GQC_REPLICA_RANK": str(rank),
-        "GQC_REPLICAS": str(replicas),
-    }

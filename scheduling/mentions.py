@@ -21,7 +21,6 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from quotas.bounds import readable
 from scheduling.models import HOLDING_STATES, Job
-from scheduling.selectors import job_events
 from workspaces.permissions import restrict
 
 # None is the scheduler itself (the scenario runner's actor): it may name every job.
@@ -225,7 +224,7 @@ def job_history(reader: Reader, job: Job) -> list[EventSeen]:
     """The job's events, oldest first, each naming the job it made room for as `reader` may learn
     of it: a job of a workspace the reader cannot open is its quota, workspace and GPUs, in the
     beneficiary column and in the scheduler's sentence alike. Three queries, however long."""
-    events = list(job_events(job=job))
+    events = list(job.events.order_by("at", "id"))
     mentions = mention_jobs(reader, {event.beneficiary_id for event in events if event.beneficiary_id is not None})
     hidden = [mention for mention in mentions.values() if not mention.visible]
     return [

@@ -26,7 +26,7 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -39,9 +39,8 @@ from quotas import bounds
 from quotas.models import NodeExecutor
 from quotas.node_agents import installation_identity
 from scheduling import lifecycle, triggers
-from scheduling.agent_beat import replica_environment, replica_ranks
-from scheduling.agent_services import _append_logs, _log_tail
-from scheduling.models import Job, JobEventKind, JobState, ReplicaPlacementRecord
+from scheduling.agent_services import _append_logs
+from scheduling.models import Job, JobEventKind, JobLog, JobState, ReplicaPlacementRecord
 from scheduling.services import finish_job
 from slurm import inventory, naming
 from slurm.client import SlurmClient, SlurmJob, SlurmUnavailable
@@ -49,10 +48,14 @@ from slurm.models import SlurmJob as SlurmJobRow
 
 logger = logging.getLogger(__name__)
 
+# The prefix of the names of the Slurm jobs the console submits: gqc-<console>-<job id>-<replica id>.
+JOB_NAME_PREFIX = naming.PREFIX
 # A job with no command still holds its GPUs for its duration (or until ended), as on agent nodes.
 _FOREVER_SECONDS = 2**31 - 1
 # How much new output one sync reads of one Slurm job.
 _OUTPUT_BYTES_PER_SYNC = 256 * 1024
+# The last lines of a failed job's log that its event quotes.
+_FAILURE_LOG_LINES = 20
 # Slurm's job states that mean its node failed rather than its process.
 _NODE_FAILURES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 
@@ -66,6 +69,11 @@ def configured() -> bool:
 
 def client() -> SlurmClient:
     return SlurmClient(conf=str(settings.SLURM_CONF), timeout=float(settings.SLURM_COMMAND_SECONDS))
+
+
+def job_name(job_id: int, replica: int) -> str:
+    """The name of this console's Slurm job of one replica (slurm.naming: with its identity)."""
+    return naming.job_name(installation_identity(), job_id, replica)
 
 
 def forget_last_sync() -> None:
@@ -152,14 +160,30 @@ def _placed_without_slurm_job(job_ids: Sequence[int] | None) -> list[_Placed]:
     ]
 
 
+def _ranks(job_ids: Iterable[int]) -> dict[int, int]:
+    """Each replica's rank in its job (its position among the job's placements, from 0)."""
+    ranks: dict[int, int] = {}
+    position: dict[int, int] = defaultdict(int)
+    for replica, job_id in (
+        ReplicaPlacementRecord.objects.filter(job_id__in=set(job_ids)).order_by("id").values_list("id", "job_id")
+    ):
+        ranks[replica] = position[job_id]
+        position[job_id] += 1
+    return ranks
+
+
 def _environment(job: Job, rank: int, fraction: float) -> dict[str, str]:
-    environment = replica_environment(
-        job.environment or {},
-        job_id=job.pk,
-        job_name=job.name,
-        quota=job.quota.name,
-        rank=rank,
-        replicas=job.running_replicas,
+    # The job's own environment (scheduling's migration 0004 gives jobs one), then the console's.
+    own = getattr(job, "environment", None) or {}
+    environment = {str(key): str(value) for key, value in own.items()}
+    environment.update(
+        {
+            "GQC_JOB_ID": str(job.pk),
+            "GQC_JOB_NAME": job.name,
+            "GQC_QUOTA": job.quota.name,
+            "GQC_REPLICA_RANK": str(rank),
+            "GQC_REPLICAS": str(job.running_replicas),
+        }
     )
     if fraction < 1:
         environment["GPU_QUOTA_FRACTION"] = f"{fraction:g}"
@@ -185,7 +209,7 @@ def submit_placed(slurm: SlurmClient, *, job_ids: Sequence[int] | None = None) -
     if not placed:
         return 0
     jobs = {job.pk: job for job in Job.objects.filter(pk__in={p.job_id for p in placed}).select_related("quota")}
-    ranks = replica_ranks(jobs)
+    ranks = _ranks(jobs)
     output_dir = Path(str(settings.SLURM_OUTPUT_DIR))
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -537,10 +561,15 @@ def _every_replica_submitted(job: Job) -> bool:
     return placed <= set(SlurmJobRow.objects.filter(job=job).values_list("replica", flat=True))
 
 
+def _log_tail(job_id: int) -> list[str]:
+    lines = JobLog.objects.filter(job_id=job_id).values_list("lines", flat=True).first() or []
+    return [str(line) for line in lines[-_FAILURE_LOG_LINES:]]
+
+
 def slurm_ids_of(job: Job) -> list[int]:
     """The Slurm job ids of a console job's replicas, in submission order."""
     ids = SlurmJobRow.objects.filter(job=job, slurm_id__isnull=False).order_by("id").values_list("slurm_id", flat=True)
     return [int(slurm_id) for slurm_id in ids if slurm_id is not None]
 
 
-__all__ = ["SlurmExecutor", "configured", "forget_last_sync", "slurm_ids_of", "sync"]
+__all__ = ["JOB_NAME_PREFIX", "SlurmExecutor", "configured", "forget_last_sync", "job_name", "slurm_ids_of", "sync"]
