@@ -97,6 +97,8 @@ class Quota:
     cpu: float | None = None
     memory_gib: float | None = None
     limit: float | None = None  # GPU limit; None: unlimited
+    cpu_limit: float | None = None  # cores; None: unlimited (managed pools only)
+    memory_gib_limit: float | None = None  # GiB; None: unlimited (managed pools only)
     weight: float | None = None  # None means "equal to gpus"
     rank: int = 0
     child_preemption: bool = False
@@ -200,6 +202,23 @@ class Grow:
 Decision: TypeAlias = Admit | Evict | Shrink | Grow
 
 
+# Managed resources besides GPUs (SCHEDULING.md "Managed resources"): a pool manages one when
+# any of its root quotas sets its guarantee (Quota.cpu / Quota.memory_gib not None).
+CPU: Final = "cpu"
+MEMORY: Final = "memory_gib"
+MANAGED_RESOURCES: Final = (CPU, MEMORY)
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceStatus:
+    """One managed resource of a quota (cores or GiB), the GPU figures' twin."""
+
+    fair_share: float
+    allocated: float
+    guaranteed: float
+    limit: float | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class QuotaStatus:
     """GPU figures of one quota; `allocated` is the subtree, `allocated_self` its own jobs.
@@ -215,6 +234,9 @@ class QuotaStatus:
     running: int
     pending: int
     guaranteed: float
+    # Managed resources of the quota's pool other than GPUs, keyed CPU / MEMORY; empty when the
+    # pool manages GPUs only.
+    resources: dict[str, ResourceStatus] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
