@@ -58,7 +58,10 @@ class NodeForm(_AmountsForm):
         "Simulated: the console plays the jobs out itself.",
         error_messages={
             "required": "Runs jobs with is required.",
-            "invalid_choice": "Runs jobs with must be Simulated or Node agent.",
+            # Slurm is a choice only for the nodes the Slurm sync made (docs/slurm.md), so the sentence
+            # says why it is not among the ones a node may be given by hand.
+            "invalid_choice": "Runs jobs with must be Simulated or Node agent, not %(value)s. Slurm nodes "
+            "are not added by hand: they come from the Slurm cluster's inventory (SLURM_CONF, docs/slurm.md).",
         },
     )
     labels = forms.CharField(

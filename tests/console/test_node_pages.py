@@ -130,7 +130,9 @@ def test_add_and_edit_a_node(pai_world: dict[str, AbstractUser]) -> None:
     too_many = client.post(f"/nodes/{node.pk}/edit/", {**fields, "gpus": "65", "step": "preview"})
     assert "GPUs must be at most 64" in too_many.content.decode()
     unknown = client.post(f"/nodes/{node.pk}/edit/", {**fields, "executor": "kubelet", "step": "preview"})
-    assert "Runs jobs with must be Simulated or Node agent." in unknown.content.decode()
+    said = unknown.content.decode()
+    assert "Runs jobs with must be Simulated or Node agent, not kubelet." in said
+    assert "Slurm nodes are not added by hand: they come from the Slurm cluster&#x27;s inventory" in said
 
 
 def test_edit_node_keeps_the_gpus_a_job_holds(pai_world: dict[str, AbstractUser]) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import ValidationError
+from django.test import Client
+from django.utils.html import escape
 from rest_framework.test import APIClient
 
 from quotas.models import Node, NodeExecutor, ResourcePool
@@ -38,3 +40,15 @@ def test_the_sync_itself_may_and_an_admin_may_still_edit_a_slurm_node(
     with pytest.raises(ValidationError) as refused:
         update_node(actor=platform_admin, node=node, executor=NodeExecutor.SLURM)
     assert refused.value.message_dict["executor"] == [SLURM_BY_HAND]
+
+
+def test_add_node_says_why_slurm_is_not_chosen_by_hand(platform_admin: AbstractUser) -> None:
+    page = Client()
+    page.force_login(platform_admin)
+    fields = {"name": "gpu-2", "gpus": "8", "step": "preview"}
+    chose_slurm = page.post("/nodes/new/", {**fields, "executor": "slurm"}).content.decode()
+    assert escape(SLURM_BY_HAND) in chose_slurm
+    unknown = page.post("/nodes/new/", {**fields, "executor": "kubelet"}).content.decode()
+    assert "Runs jobs with must be Simulated or Node agent, not kubelet." in unknown
+    assert escape("Slurm nodes are not added by hand: they come from the Slurm cluster's inventory") in unknown
+    assert not Node.objects.filter(name="gpu-2").exists()
