@@ -61,6 +61,9 @@ class SlurmJob:
     exit_status: int
     gpu_indices: tuple[int, ...]
     gpus: int
+    # Each node's GPU indices (scontrol show job -d's per-node GRES=…(IDX:…)): a job over several
+    # nodes holds a share of each. The console's own jobs are on one node.
+    held: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     @property
     def live(self) -> bool:
@@ -95,6 +98,25 @@ def indices_of_gres(details: Sequence[str]) -> tuple[int, ...]:
             first, _, last = span.partition("-")
             indices.extend(range(int(first), int(last or first) + 1))
     return tuple(sorted(set(indices)))
+
+
+def held_by_node(row: Mapping[str, Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Each node's GPU indices of one squeue --json job: its `gres_detail` has one entry per node,
+    in the order of `job_resources.allocated_nodes` (as `scontrol show job -d` lists them)."""
+    details = [str(detail) for detail in row.get("gres_detail") or []]
+    if not details:
+        return ()
+    resources = row.get("job_resources") or {}
+    allocated = resources.get("allocated_nodes") if isinstance(resources, Mapping) else None
+    names = [str(node.get("nodename") or "") for node in allocated or [] if isinstance(node, Mapping)]
+    if not names and len(details) == 1:
+        names = [str(row.get("nodes") or "")]
+    held = []
+    for name, detail in zip(names, details, strict=False):
+        indices = indices_of_gres([detail])
+        if name and indices:
+            held.append((name, indices))
+    return tuple(held)
 
 
 def availability(state: str, flags: Sequence[str]) -> str:
@@ -177,10 +199,12 @@ class SlurmClient:
             )
         return nodes
 
-    def jobs(self) -> list[SlurmJob]:
-        """Every job slurmctld still knows, ended ones included (for MinJobAge seconds)."""
+    def jobs(self, *, ended: bool = True) -> list[SlurmJob]:
+        """Every job slurmctld still knows, ended ones included (for MinJobAge seconds) unless
+        `ended` is False (squeue's default states: pending, running and the like)."""
         jobs = []
-        for row in self._json(["squeue", "--json", "--states=all"], "jobs"):
+        argv = ["squeue", "--json", *(["--states=all"] if ended else [])]
+        for row in self._json(argv, "jobs"):
             gpus, _model = gpus_of_gres(str(row.get("tres_per_node") or "").removeprefix("gres:"))
             jobs.append(
                 SlurmJob(
@@ -193,6 +217,7 @@ class SlurmClient:
                     exit_status=int(row.get("exit_code") or 0),
                     gpu_indices=indices_of_gres([str(detail) for detail in row.get("gres_detail") or []]),
                     gpus=gpus,
+                    held=held_by_node(row),
                 )
             )
         return jobs
@@ -205,6 +230,7 @@ class SlurmClient:
         node: str,
         gpus: int,
         cpus: int,
+        partition: str = "",
         memory_mib: int,
         output: str,
         command: str,
@@ -234,6 +260,8 @@ class SlurmClient:
             f"--output={output}",
             "--open-mode=append",
         ]
+        if partition:
+            argv.append(f"--partition={partition}")
         if gpus:
             argv.append(f"--gres=gpu:{gpus}")
         if cpus:
@@ -266,5 +294,6 @@ __all__ = [
     "SlurmUnavailable",
     "availability",
     "gpus_of_gres",
+    "held_by_node",
     "indices_of_gres",
 ]

@@ -117,8 +117,6 @@ def sync(slurm: SlurmClient, now: datetime) -> int:
     except SlurmUnavailable as error:
         return inventory.mark_unreachable(str(error), now)
     changed = inventory.sync_nodes(nodes, now)
-    # Submitted before squeue is read, so that this sync sees them.
-    changed += submit_placed(slurm)
     read_from = _now()
     try:
         jobs = slurm.jobs()
@@ -129,7 +127,11 @@ def sync(slurm: SlurmClient, now: datetime) -> int:
     named = naming.sort_out(jobs, installation_identity())
     naming.report_foreign(named.foreign)
     own = {job.slurm_id for job in named.own}
-    changed += inventory.mark_held_outside(job for job in jobs if job.slurm_id not in own)
+    outside = [job for job in jobs if job.slurm_id not in own]
+    changed += inventory.mark_held_outside(outside)
+    # Submitted after squeue was read, against that read's GPUs held outside; follow leaves the
+    # jobs submitted now for the next sync (their rows are newer than read_from).
+    changed += submit_placed(slurm, held=inventory.held_outside(outside))
     changed += follow(slurm, named.own, now, read_from=read_from)
     return changed
 
@@ -144,6 +146,9 @@ class _Placed:
     node: str
     devices: tuple[int, ...]
     fraction: float
+    # The node's Slurm partition (its first): the job is submitted there, since a node outside the
+    # cluster's default partition is not reachable from it.
+    partition: str
 
 
 def _placed_without_slurm_job(job_ids: Sequence[int] | None) -> list[_Placed]:
@@ -153,9 +158,16 @@ def _placed_without_slurm_job(job_ids: Sequence[int] | None) -> list[_Placed]:
     if job_ids is not None:
         placements = placements.filter(job_id__in=list(job_ids))
     return [
-        _Placed(replica, job_id, node, tuple(int(device) for device in devices or ()), float(fraction))
-        for replica, job_id, node, devices, fraction in placements.order_by("job_id", "id").values_list(
-            "id", "job_id", "node__name", "devices", "fraction"
+        _Placed(
+            replica,
+            job_id,
+            node,
+            tuple(int(device) for device in devices or ()),
+            float(fraction),
+            str((labels or {}).get(inventory.PARTITION) or ""),
+        )
+        for replica, job_id, node, devices, fraction, labels in placements.order_by("job_id", "id").values_list(
+            "id", "job_id", "node__name", "devices", "fraction", "node__labels"
         )
     ]
 
@@ -203,12 +215,71 @@ def _submit_refused(error: SlurmUnavailable) -> bool:
     return not any(word in said for word in unreachable)
 
 
-def submit_placed(slurm: SlurmClient, *, job_ids: Sequence[int] | None = None) -> int:
-    """Submit each replica placed on a Slurm node that has no Slurm job yet; returns how many."""
+def _read_held_outside(slurm: SlurmClient) -> dict[str, dict[int, int]] | None:
+    """The GPUs that Slurm jobs outside the console hold now (one squeue), also written on the
+    nodes; None when Slurm does not answer (nothing is submitted then)."""
+    try:
+        jobs = slurm.jobs(ended=False)
+    except SlurmUnavailable as error:
+        logger.warning("Slurm: nothing submitted now, squeue did not answer: %s", error)
+        return None
+    own = {job.slurm_id for job in naming.sort_out(jobs, installation_identity()).own}
+    outside = [job for job in jobs if job.slurm_id not in own]
+    inventory.mark_held_outside(outside)
+    return inventory.held_outside(outside)
+
+
+def _taken_outside(job: Job, placed: Sequence[_Placed], held: Mapping[str, Mapping[int, int]], now: datetime) -> bool:
+    """A job one of whose replicas was placed on devices that a Slurm job outside the console took
+    since the placement read them (it started after the last sync) goes back to the queue before
+    any of its replicas is submitted: submitted, it would wait in Slurm while the console counts
+    it running. The next cycle places it again, around those devices (its node's label says them)."""
+    for one in placed:
+        taken = sorted(set(one.devices) & set(held.get(one.node, {})))
+        if not taken:
+            continue
+        holders = sorted({held[one.node][device] for device in taken})
+        message = (
+            f"not started: Slurm job {', '.join(map(str, holders))}, outside the console, took GPU "
+            f"{','.join(map(str, taken))} of {one.node} after it was placed there; back to the queue"
+        )
+        with transaction.atomic():
+            if lifecycle.requeue_unstarted(job_id=job.pk, seen_revision=job.revision, now=now, message=message):
+                triggers.request_cycle_on_commit("slurm-gpus-outside")
+        return True
+    return False
+
+
+def submit_placed(
+    slurm: SlurmClient,
+    *,
+    job_ids: Sequence[int] | None = None,
+    held: Mapping[str, Mapping[int, int]] | None = None,
+) -> int:
+    """Submit each replica placed on a Slurm node that has no Slurm job yet; returns how many.
+
+    `held` is what Slurm jobs outside the console hold (inventory.held_outside), as the caller's
+    squeue read it; None reads it now. A job placed on devices held there goes back to the queue
+    instead (_taken_outside)."""
     placed = _placed_without_slurm_job(job_ids)
     if not placed:
         return 0
+    if held is None:
+        held = _read_held_outside(slurm)
+        if held is None:
+            return 0
     jobs = {job.pk: job for job in Job.objects.filter(pk__in={p.job_id for p in placed}).select_related("quota")}
+    # A job with a Slurm job already (a replica submitted before) is not taken back: its GPUs are
+    # held until that Slurm job ends; the rest of it is submitted and waits in Slurm.
+    started = set(SlurmJobRow.objects.filter(job_id__in=list(jobs)).values_list("job_id", flat=True))
+    replicas_of: dict[int, list[_Placed]] = defaultdict(list)
+    for one in placed:
+        replicas_of[one.job_id].append(one)
+    now = _now()
+    for job_id, replicas in replicas_of.items():
+        job = jobs.get(job_id)
+        if job is not None and job_id not in started and _taken_outside(job, replicas, held, now):
+            del jobs[job_id]
     ranks = _ranks(jobs)
     output_dir = Path(str(settings.SLURM_OUTPUT_DIR))
     try:
@@ -244,6 +315,7 @@ def submit_placed(slurm: SlurmClient, *, job_ids: Sequence[int] | None = None) -
                 name=name,
                 comment=f"gqc job {job.pk} ({job.name}) replica {one.replica}",
                 node=one.node,
+                partition=one.partition,
                 gpus=len(one.devices) if one.fraction >= 1 else 1,
                 cpus=math.ceil(job.cpu) if job.cpu else 0,
                 memory_mib=math.ceil(job.memory_gib * 1024) if job.memory_gib else 0,

@@ -1,8 +1,10 @@
 """Slurm's nodes as console nodes (executor `slurm`), kept in step at every sync.
 
 A Slurm node becomes a console node of the same name with its GPUs (`Gres=gpu[:type]:N`, the type
-as the model), CPUs and memory, in the default pool (pools per partition are a later change: the
-partition is recorded in the node's labels, `slurm.partition`). Slurm's availability follows
+as the model), CPUs and memory, in the pool named after its partition (its first, when it is in
+several; made when missing; the partition is also in its labels, `slurm.partition`). When Slurm
+moves the node to another partition, the console moves it to that partition's pool, once no job
+runs there (node.move's rule); a pool an admin gave the node stands until then. Slurm's availability follows
 into the node's state when it changes: up → ready, DRAIN → draining (the console evicts its jobs
 there), DOWN and the like → not ready, with Slurm's reason in the labels (`slurm.reason`). An
 admin's cordon in the console stands until Slurm's availability changes again. The GPUs that
@@ -23,8 +25,9 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from quotas import audit
-from quotas.models import Node, NodeExecutor, NodeState
+from quotas.models import Node, NodeExecutor, NodeState, ResourcePool
 from quotas.services.nodes import NewNode, create_nodes, node_snapshot, update_node
+from quotas.services.pools import create_pool
 from scheduling import triggers
 from scheduling.snapshot import GPUS_OUTSIDE_LABEL
 from slurm.client import SlurmJob, SlurmNode
@@ -63,17 +66,37 @@ def _labels(node: SlurmNode, kept: dict[str, Any]) -> dict[str, Any]:
     return labels
 
 
+def pool_of_partition(partition: str) -> ResourcePool:
+    """The pool named after a Slurm partition, made when missing (a node in no partition: the
+    default pool). A partition name that the pool rules refuse (too long, say) is said once and
+    its nodes go to the default pool."""
+    name = partition or ResourcePool.DEFAULT_NAME
+    pool = ResourcePool.objects.filter(name=name).first()
+    if pool is not None:
+        return pool
+    try:
+        return create_pool(actor=None, name=name, description=f"Slurm partition {name}")
+    except ValidationError as error:
+        # Another process's sync made it first (the name is then taken), or the name is refused.
+        pool = ResourcePool.objects.filter(name=name).first()
+        if pool is not None:
+            return pool
+        warn_once(f"pool:{name}", f"Slurm partition {name}: no pool of its name ({'; '.join(error.messages)})")
+        return ResourcePool.objects.get_or_create(name=ResourcePool.DEFAULT_NAME)[0]
+
+
 def sync_nodes(nodes: Sequence[SlurmNode], now: datetime) -> int:
     """Create, change and mark the console's Slurm nodes as Slurm reports them; returns how many
     changed. (The GPUs that jobs outside the console hold: mark_held_outside, once squeue is read.)"""
     _warned.pop("unreachable", None)
     existing = {node.name: node for node in Node.objects.filter(name__in=[n.name for n in nodes])}
-    new: list[NewNode] = []
+    # New nodes by partition: create_nodes makes one pool's nodes at a time.
+    new: dict[str, list[NewNode]] = defaultdict(list)
     changed = 0
     for slurm_node in nodes:
         node = existing.get(slurm_node.name)
         if node is None:
-            new.append(
+            new[slurm_node.partition].append(
                 NewNode(
                     name=slurm_node.name,
                     gpus=slurm_node.gpus,
@@ -93,12 +116,12 @@ def sync_nodes(nodes: Sequence[SlurmNode], now: datetime) -> int:
             )
             continue
         changed += _follow(node, slurm_node, now)
-    if new:
+    for partition, specs in new.items():
         try:
-            create_nodes(actor=None, nodes=new)
-            changed += len(new)
+            create_nodes(actor=None, nodes=specs, pool=pool_of_partition(partition))
+            changed += len(specs)
         except ValidationError as error:
-            warn_once("create", f"Slurm nodes not added: {'; '.join(error.messages)}")
+            warn_once(f"create:{partition}", f"Slurm nodes not added: {'; '.join(error.messages)}")
     seen = [n.name for n in nodes]
     gone = Node.objects.filter(executor=NodeExecutor.SLURM).exclude(name__in=seen)
     for node in gone:
@@ -121,8 +144,6 @@ def _follow(node: Node, slurm_node: SlurmNode, now: datetime) -> int:
     for field, value in wanted.items():
         if getattr(node, field) != value:
             changes[field] = value
-    if node.labels.get(PARTITION) != slurm_node.partition:
-        changes["labels"] = {**node.labels, PARTITION: slurm_node.partition}
     changed = 0
     if changes:
         try:
@@ -131,11 +152,35 @@ def _follow(node: Node, slurm_node: SlurmNode, now: datetime) -> int:
             changed += 1
         except ValidationError as error:
             warn_once(f"resize:{node.name}", f"Slurm node {node.name} not updated: {'; '.join(error.messages)}")
+    if node.labels.get(PARTITION) != slurm_node.partition:
+        changed += _move_to_partition(node, slurm_node.partition)
     if node.labels.get(AVAILABILITY) != slurm_node.availability or node.labels.get(REASON, "") != (
         slurm_node.reason[:200]
     ):
         changed += _set_availability(node, slurm_node.availability, slurm_node.reason, now)
     return changed
+
+
+def _move_to_partition(node: Node, partition: str) -> int:
+    """Slurm put the node in another partition: into that partition's pool, with the label. The
+    label changes with the move, so that a move refused (a job runs there, the old pool's
+    guarantees need its GPUs) is said once and tried again at each sync."""
+    pool = pool_of_partition(partition)
+    changes: dict[str, Any] = {"labels": {**node.labels, PARTITION: partition}}
+    if pool.pk != node.pool_id:
+        changes["pool"] = pool
+    try:
+        update_node(actor=None, node=node, **changes)
+    except ValidationError as error:
+        warn_once(
+            f"move:{node.name}",
+            f"Slurm node {node.name} is in partition {partition} but stays in its pool for now: "
+            f"{'; '.join(error.messages)}",
+        )
+        return 0
+    node.refresh_from_db()
+    _warned.pop(f"move:{node.name}", None)
+    return 1
 
 
 def _set_availability(node: Node, availability: str, reason: str, now: datetime) -> int:
@@ -169,19 +214,26 @@ def _set_availability(node: Node, availability: str, reason: str, now: datetime)
     return 1
 
 
+def held_outside(jobs: Iterable[SlurmJob]) -> dict[str, dict[int, int]]:
+    """Each node's devices that running Slurm jobs outside the console (`jobs`) hold, with the job
+    that holds each: a job over several nodes counts its share on each (SlurmJob.held)."""
+    held: dict[str, dict[int, int]] = defaultdict(dict)
+    for job in jobs:
+        if job.live and job.state not in _WAITING_STATES:
+            for node, indices in job.held:
+                held[node].update(dict.fromkeys(indices, job.slurm_id))
+    return held
+
+
 def mark_held_outside(jobs: Iterable[SlurmJob]) -> int:
     """Write on each Slurm node the devices that Slurm jobs outside the console (`jobs`: squeue's
     jobs less the console's own) hold there, as the label `slurm.gpus_outside` ("0,1"; absent
     when none), which the snapshot takes off the console's free GPUs. Returns how many nodes
     changed; a change asks for a cycle (GPUs freed outside may start a pending job).
 
-    A job on one node counts with the indices Slurm bound (squeue's gres_detail). A job over
-    several nodes does not count yet: squeue names its nodes as a host list and its bound devices
-    per node, which this does not split (docs/slurm.md, "Not done yet")."""
-    held: dict[str, set[int]] = defaultdict(set)
-    for job in jobs:
-        if job.live and job.state not in _WAITING_STATES and job.gpu_indices:
-            held[job.nodes].update(job.gpu_indices)
+    Each node counts the indices Slurm bound there (squeue's gres_detail, per node: a job over
+    several nodes holds a share of each)."""
+    held = held_outside(jobs)
     changed = 0
     for node in Node.objects.filter(executor=NodeExecutor.SLURM).only("pk", "labels"):
         wanted = ",".join(map(str, sorted(held.get(node.name, ()))))
@@ -218,8 +270,10 @@ __all__ = [
     "PARTITION",
     "REASON",
     "forget_warnings",
+    "held_outside",
     "mark_held_outside",
     "mark_unreachable",
+    "pool_of_partition",
     "sync_nodes",
     "warn_once",
 ]

@@ -66,9 +66,12 @@ class Cluster:
 
 
 def build_cluster(
-    *, node_gpus: tuple[int, ...] = (8, 8), tree: tuple[tuple[str, str | None, float], ...] = ()
+    *,
+    node_gpus: tuple[int, ...] = (8, 8),
+    tree: tuple[tuple[str, str | None, float], ...] = (),
+    pool_name: str = ResourcePool.DEFAULT_NAME,
 ) -> Cluster:
-    pool = ResourcePool.objects.get_or_create(name=ResourcePool.DEFAULT_NAME)[0]
+    pool = ResourcePool.objects.get_or_create(name=pool_name)[0]
     nodes: dict[str, Node] = {}
     for number, gpus in enumerate(node_gpus, start=1):
         node = Node.objects.create(pool=pool, name=f"gpu-{number}", gpus=gpus, cpu=96, memory_gib=768)

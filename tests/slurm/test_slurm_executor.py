@@ -20,92 +20,31 @@ from click.testing import CliRunner
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
-from django.utils import timezone
 from pytest_django.live_server_helper import LiveServer
-from rest_framework.test import APIClient
 
 from gqc.cli import cli
 from quotas.models import Node, NodeExecutor, NodeState
 from quotas.node_agents import installation_identity
-from scheduling.cycle import run_cycle
-from scheduling.executors import get_executor
-from scheduling.models import Job, JobEvent, JobEventKind, JobLog, JobState
+from scheduling.models import Job, JobEvent, JobEventKind, JobState
 from scheduling.snapshot import GPUS_OUTSIDE_LABEL
 from slurm import executor, inventory
 from slurm.models import SlurmJob
 from tests.conftest import PASSWORD
-from tests.scheduling.conftest import Cluster, build_cluster
-from tests.slurm.conftest import GPUS_PER_NODE, NODE_NAMES, SlurmCluster, wait_until
-from workspaces import services as workspace_services
+from tests.scheduling.conftest import Cluster
+from tests.slurm.conftest import (
+    GPUS_PER_NODE,
+    NODE_NAMES,
+    PARTITION,
+    Clients,
+    SlurmCluster,
+    console_turn,
+    logs,
+    settle,
+    state,
+    wait_until,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-Clients = Callable[[AbstractUser | None], APIClient]
-# Team a's guarantee is the whole cluster; team b borrows.
-TREE = (("Quota1", None, 4.0), ("team-a", "Quota1", 4.0), ("team-b", "Quota1", 0.0))
-
-
-def console_turn() -> None:
-    """What the worker does every second: the executor's tick, and a cycle."""
-    get_executor().tick(timezone.now())
-    run_cycle(trigger="slurm-test")
-
-
-def console_story() -> str:
-    """What the console knows, for a failure's message: a flake on CI is read from it."""
-    events = list(JobEvent.objects.order_by("id").values_list("job_id", "kind", "message"))
-    jobs = list(Job.objects.order_by("id").values_list("id", "state", "reason_message"))
-    rows = list(SlurmJob.objects.order_by("id").values_list("name", "slurm_id", "state", "exit_code"))
-    return f"jobs: {jobs}\nevents: {events}\nSlurm jobs: {rows}\nlogs: {list(JobLog.objects.values_list('lines'))}"
-
-
-def settle(condition: Callable[[], Any], *, seconds: float = 30.0, what: str = "") -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        console_turn()
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {seconds:g} s: {what}\n{console_story()}")
-        time.sleep(0.1)
-
-
-@pytest.fixture
-def lab(slurm: SlurmCluster) -> Cluster:
-    """The quota tree and workspace, and the console's first sync: Slurm's nodes become its nodes."""
-    cluster = build_cluster(node_gpus=(), tree=TREE)
-    console_turn()
-    return cluster
-
-
-@pytest.fixture
-def member(make_user: Any, lab: Cluster) -> AbstractUser:
-    user: AbstractUser = make_user("dev-dana")
-    workspace_services.add_member(actor=None, workspace=lab.workspace, user=user, role="developer")
-    return user
-
-
-@pytest.fixture
-def submit(client_for: Clients, member: AbstractUser) -> Callable[..., Job]:
-    def post(name: str, command: str, *, gpus: float = 1, quota: str = "team-a", **fields: Any) -> Job:
-        body = {"name": name, "workspace": "lab", "quota": quota, "kind": "training", "gpus": gpus}
-        answer = client_for(member).post("/api/v1/jobs/", {**body, "command": command, **fields}, format="json")
-        assert answer.status_code == 201, answer.content
-        return Job.objects.get(pk=answer.json()["id"])
-
-    return post
-
-
-def state(job: Job) -> str:
-    return str(Job.objects.get(pk=job.pk).state)
-
-
-def logs(client: APIClient, job: Job) -> list[str]:
-    answer = client.get(f"/api/v1/jobs/{job.pk}/logs/")
-    assert answer.status_code == 200, answer.content
-    lines: list[str] = answer.json()["lines"]
-    return lines
 
 
 def slurm_ids(job: Job) -> list[int]:
@@ -123,7 +62,8 @@ def test_slurm_nodes_become_console_nodes_with_their_gpus_cpus_memory_and_partit
     for node in nodes.values():
         assert (node.gpus, node.gpu_model, node.cpu, node.state) == (GPUS_PER_NODE, "fake", 4.0, NodeState.READY)
         assert node.memory_gib == pytest.approx(4000 / 1024, abs=0.001)
-        assert node.labels[inventory.PARTITION] == "gpu"
+        assert node.labels[inventory.PARTITION] == PARTITION
+        assert node.pool.name == PARTITION
         assert list(node.devices.values_list("index", flat=True)) == list(range(GPUS_PER_NODE))
 
 
@@ -340,7 +280,11 @@ def test_gpus_a_slurm_job_outside_the_console_holds_are_not_free_to_the_console(
     # Someone submits straight to Slurm, outside the console: both GPUs of n1.
     outside = int(
         slurm.command(
-            "sbatch", "--parsable", "--job-name=by-hand", "--nodelist=n1", f"--gres=gpu:{GPUS_PER_NODE}",
+            "sbatch",
+            "--parsable",
+            "--job-name=by-hand",
+            "--nodelist=n1",
+            f"--gres=gpu:{GPUS_PER_NODE}",
             "--output=/dev/null",
             "--wrap=sleep 120",
         )
@@ -376,8 +320,10 @@ def test_a_silent_slurmctld_makes_the_nodes_not_ready_without_a_traceback(
     try:
         with caplog.at_level(logging.WARNING):
             settle(
-                lambda: set(Node.objects.filter(executor=NodeExecutor.SLURM).values_list("state", flat=True))
-                == {NodeState.NOT_READY},
+                lambda: (
+                    set(Node.objects.filter(executor=NodeExecutor.SLURM).values_list("state", flat=True))
+                    == {NodeState.NOT_READY}
+                ),
                 what="the Slurm nodes not ready",
             )
         node = Node.objects.get(name="n1")
@@ -389,8 +335,9 @@ def test_a_silent_slurmctld_makes_the_nodes_not_ready_without_a_traceback(
         slurm.start_controller(fresh=False)
     settings.SLURM_COMMAND_SECONDS = 10.0
     settle(
-        lambda: set(Node.objects.filter(executor=NodeExecutor.SLURM).values_list("state", flat=True))
-        == {NodeState.READY},
+        lambda: (
+            set(Node.objects.filter(executor=NodeExecutor.SLURM).values_list("state", flat=True)) == {NodeState.READY}
+        ),
         what="ready again once slurmctld answers",
     )
 

@@ -4,6 +4,7 @@ hand (nothing would run the jobs placed on it), through the API or the services.
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import ValidationError
 from django.test import Client
@@ -44,7 +45,7 @@ def test_the_sync_itself_may_and_an_admin_may_still_edit_a_slurm_node(
 
 def test_add_node_says_why_slurm_is_not_chosen_by_hand(platform_admin: AbstractUser) -> None:
     page = Client()
-    page.force_login(platform_admin)
+    page.force_login(get_user_model().objects.get(pk=platform_admin.pk))
     fields = {"name": "gpu-2", "gpus": "8", "step": "preview"}
     chose_slurm = page.post("/nodes/new/", {**fields, "executor": "slurm"}).content.decode()
     assert escape(SLURM_BY_HAND) in chose_slurm
