@@ -9,12 +9,12 @@ from collections.abc import Collection
 from django.db.models import Count, F, Sum
 
 from quotas.hooks import QuotaStatus as QuotaStatusFigures
-from quotas.models import Node, NodeState
+from quotas.models import Node, NodeExecutor, NodeState
 from scheduling import engine
 from scheduling.engine import fairshare
 from scheduling.engine import types as engine_types
 from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, JobState, ReplicaPlacementRecord
-from scheduling.snapshot import engine_quotas, raw_rows, stored_devices
+from scheduling.snapshot import GPUS_OUTSIDE_LABEL, engine_quotas, held_outside, raw_rows, stored_devices
 
 
 def asked_gpus(*, quota_ids: Collection[int]) -> float:
@@ -58,8 +58,8 @@ def quota_status_figures(snapshot: engine.Snapshot) -> dict[str, QuotaStatusFigu
 
 def _fair_share_capacity() -> dict[str, int]:
     """`engine.fairshare.cluster_capacity` from the database, per pool name: every GPU of a node
-    that takes new placements, and of a cordoned or draining node the devices its jobs hold
-    (milli-GPUs)."""
+    that takes new placements but those Slurm jobs outside the console hold (the engine's
+    Node.console_gpus), and of a cordoned or draining node the devices its jobs hold (milli-GPUs)."""
     MILLI = fairshare.MILLI
     capacity: dict[str, int] = defaultdict(int)
     placeable = (
@@ -67,6 +67,13 @@ def _fair_share_capacity() -> dict[str, int]:
     )
     for pool, gpus in placeable:
         capacity[pool] += int(gpus or 0) * MILLI
+    # Only Slurm nodes carry the label, and only while an outside job runs there: few rows.
+    outside = Node.objects.filter(
+        state=NodeState.READY, executor=NodeExecutor.SLURM, labels__has_key=GPUS_OUTSIDE_LABEL
+    ).values_list("pool__name", "name", "gpus", "labels")
+    for pool, name, gpus, labels in outside:
+        node = engine_types.Node(name=name, gpus=gpus, held_outside=held_outside(labels))
+        capacity[pool] -= (node.gpus - node.console_gpus) * MILLI
     held: dict[tuple[str, int, int], int] = {}
     rows = ReplicaPlacementRecord.objects.filter(
         job__state__in=HOLDING_STATES, node__state__in=(NodeState.CORDONED, NodeState.DRAINING)

@@ -61,3 +61,27 @@ def test_with_a_node_cordoned_or_draining_the_summary_still_agrees(cluster: Clus
         quota_services.set_node_state(actor=None, node=node, state=state)
         break
     assert_same()
+
+
+def test_gpus_held_by_slurm_jobs_outside_the_console_leave_the_pages_fair_share_as_the_engine_does(
+    cluster: Cluster,
+) -> None:
+    """The engine divides each node's console_gpus (all but the devices outside Slurm jobs hold,
+    label slurm.gpus_outside); the pages' capacity once counted every GPU of a ready node, so the
+    idle GPUs a quota borrows were 2 more on the page than in the engine."""
+    from quotas.models import Node, NodeExecutor
+    from slurm.client import SlurmJob
+    from slurm.inventory import mark_held_outside
+
+    for name in ("team-a", "team-b", "Quota1"):  # 8 of the 16 GPUs guaranteed: the rest is lent
+        quota_services.scale_quota(actor=None, quota=cluster.quotas[name], gpus=8 if name == "Quota1" else 4)
+    node = next(iter(cluster.nodes.values()))
+    Node.objects.filter(pk=node.pk).update(executor=NodeExecutor.SLURM)
+    by_hand = SlurmJob(
+        slurm_id=7, name="sbatch-by-hand", comment="", state="RUNNING", reason="", nodes=node.name,
+        exit_status=0, gpu_indices=(0, 1), gpus=2,
+    )  # fmt: skip
+    assert mark_held_outside([by_hand]) == 1
+    cluster.submit("wants-all", gpus=8, replicas=2)
+    assert_same()
+    assert quota_status_summary()["Quota1"]["fair_share"] == pytest.approx(14)  # 16 GPUs less the 2 outside
