@@ -12,12 +12,21 @@ registers its `restrict` here as the quota visibility.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 
 from quotas.models import Node, Quota
+
+
+class ResourceFigures(TypedDict):
+    """A managed resource besides GPUs (cores or GiB): engine.ResourceStatus as the API shows it."""
+
+    fair_share: float
+    allocated: float
+    guaranteed: float
+    limit: float | None
 
 
 class QuotaStatus(TypedDict):
@@ -26,6 +35,9 @@ class QuotaStatus(TypedDict):
     allocated_self: float
     running: int
     pending: int
+    # Only where the quota's pool manages the resource (SCHEDULING.md "Managed resources").
+    cpu: NotRequired[ResourceFigures]
+    memory_gib: NotRequired[ResourceFigures]
 
 
 class Preview(TypedDict):

@@ -103,7 +103,8 @@ class QueuePolicy(models.TextChoices):
 
 
 class Quota(models.Model):
-    """A node of the quota tree; `gpus`, `cpu`, `memory_gib` are the guarantees."""
+    """A node of the quota tree; `gpus`, `cpu`, `memory_gib` are the guarantees, `limit`,
+    `cpu_limit`, `memory_gib_limit` the ceilings."""
 
     pool = models.ForeignKey(ResourcePool, on_delete=models.PROTECT, related_name="quotas")
     name = models.CharField(max_length=100, unique=True)
@@ -112,6 +113,9 @@ class Quota(models.Model):
     cpu = models.FloatField(null=True, blank=True)
     memory_gib = models.FloatField(null=True, blank=True)
     limit = models.FloatField(null=True, blank=True, help_text="GPU limit; none means no limit.")
+    # Limits of the other managed resources (SCHEDULING.md "Managed resources"): none means no limit.
+    cpu_limit = models.FloatField(null=True, blank=True, help_text="CPU limit in cores; none means no limit.")
+    memory_gib_limit = models.FloatField(null=True, blank=True, help_text="Memory limit in GiB; none means no limit.")
     weight = models.FloatField(null=True, blank=True, help_text="Over-quota weight; none follows gpus.")
     rank = models.IntegerField(default=0)
     child_preemption = models.BooleanField(default=False)
@@ -130,6 +134,13 @@ class Quota(models.Model):
                 condition=Q(memory_gib__isnull=True) | Q(memory_gib__gte=0), name="quota_memory_not_negative"
             ),
             models.CheckConstraint(condition=Q(limit__isnull=True) | Q(limit__gte=0), name="quota_limit_not_negative"),
+            models.CheckConstraint(
+                condition=Q(cpu_limit__isnull=True) | Q(cpu_limit__gte=0), name="quota_cpu_limit_not_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(memory_gib_limit__isnull=True) | Q(memory_gib_limit__gte=0),
+                name="quota_memory_limit_not_negative",
+            ),
             models.CheckConstraint(
                 condition=Q(weight__isnull=True) | Q(weight__gte=0), name="quota_weight_not_negative"
             ),

@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from scheduling import engine, events, history
+from scheduling import engine, events, history, resource_figures
 from scheduling.clock import get_clock
 from scheduling.commit import _Commit
 from scheduling.gc_pauses import without_collector_pauses
@@ -226,6 +226,7 @@ def _record_allocations(result: engine.CycleResult, index: SnapshotIndex, now: d
     }
     history.record_changes(figures=figures, at=now)
     history.prune_now_and_then(now=now)
+    resource_figures.record_fair_shares(result=result, quota_ids=index.quota_ids, at=now)
 
 
 def ensure_fence() -> None:

@@ -288,3 +288,21 @@ class AllocationSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.quota_id} at {self.at:%H:%M:%S}: {self.allocated}/{self.guaranteed} (fair {self.fair_share})"
+
+
+class ResourceFairShare(models.Model):
+    """A quota's fair share of each managed resource besides GPUs, as the last cycle worked it out.
+
+    The GPU fair share is cheap to work out again from aggregates on every read
+    (scheduling.quota_figures); the CPU and memory ones are the engine's own (its
+    QuotaStatus.resources), kept here so the pages and the API show the figures the scheduler
+    acts on. One row per quota of a pool that manages CPU or memory, rewritten only when a figure
+    moved; `shares` maps "cpu" / "memory_gib" to cores / GiB.
+    """
+
+    quota = models.OneToOneField("quotas.Quota", on_delete=models.CASCADE, primary_key=True, related_name="+")
+    shares = models.JSONField(default=dict)
+    at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.quota_id}: {self.shares}"

@@ -4,7 +4,7 @@ from aggregates."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from django.db.models import Count, F, Sum
 
@@ -14,6 +14,7 @@ from scheduling import engine
 from scheduling.engine import fairshare
 from scheduling.engine import types as engine_types
 from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, JobState, ReplicaPlacementRecord
+from scheduling.resource_figures import resource_figures, stored_fair_shares
 from scheduling.snapshot import GPUS_OUTSIDE_LABEL, engine_quotas, held_outside, raw_rows, stored_devices
 
 
@@ -41,7 +42,10 @@ def quota_status_figures(snapshot: engine.Snapshot) -> dict[str, QuotaStatusFigu
         )
         for quota in snapshot.quotas
     }
+    held_resources: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for job in snapshot.jobs:
+        held_resources[job.quota][engine_types.CPU] += job.cpu * len(job.placements)
+        held_resources[job.quota][engine_types.MEMORY] += job.memory_gib * len(job.placements)
         held = sum(p.fraction if p.fraction < 1 else float(len(p.devices)) for p in job.placements)
         if job.quota in figures:
             figures[job.quota]["allocated_self"] += held
@@ -53,6 +57,7 @@ def quota_status_figures(snapshot: engine.Snapshot) -> dict[str, QuotaStatusFigu
             else:
                 figures[name]["running"] += 1
             name = parent_of.get(name)
+    _add_resources(figures, list(snapshot.quotas), held_resources, stored_fair_shares())
     return figures
 
 
@@ -102,15 +107,23 @@ def quota_status_summary() -> dict[str, QuotaStatusFigures]:
     groups = (
         Job.objects.filter(state__in=ACTIVE_STATES)
         .values_list("quota_id", "state", "gpus", "replicas")
-        .annotate(jobs=Count("id"), held=Sum("allocated_gpus"))
+        .annotate(
+            jobs=Count("id"),
+            held=Sum("allocated_gpus"),
+            cpu_held=Sum(F("cpu") * F("running_replicas")),
+            memory_held=Sum(F("memory_gib") * F("running_replicas")),
+        )
         .order_by()
     )
     jobs: list[engine.Job] = []
     held: dict[str, float] = defaultdict(float)
     running: dict[str, int] = defaultdict(int)
     pending: dict[str, int] = defaultdict(int)
-    for quota_id, state, gpus, replicas, count, allocated in groups:
+    held_resources: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for quota_id, state, gpus, replicas, count, allocated, cpu_held, memory_held in groups:
         quota = quota_names[quota_id]
+        held_resources[quota][engine_types.CPU] += float(cpu_held or 0.0)
+        held_resources[quota][engine_types.MEMORY] += float(memory_held or 0.0)
         jobs.append(
             engine.Job(
                 id=f"{quota_id}:{state}:{gpus}:{replicas}",
@@ -159,4 +172,17 @@ def quota_status_summary() -> dict[str, QuotaStatusFigures]:
             figures[name]["running"] += running.get(own, 0)
             figures[name]["pending"] += pending.get(own, 0)
             name = parent_of.get(name)
+    _add_resources(figures, quotas, held_resources, stored_fair_shares())
     return figures
+
+
+def _add_resources(
+    figures: dict[str, QuotaStatusFigures],
+    quotas: list[engine.Quota],
+    held_own: Mapping[str, Mapping[str, float]],
+    fair_share: Mapping[str, Mapping[str, float]],
+) -> None:
+    """`status.cpu` / `status.memory_gib` of the quotas whose pool manages them."""
+    for name, resources in resource_figures(quotas, held_own, fair_share).items():
+        for resource, values in resources.items():
+            figures[name][resource] = values  # type: ignore[literal-required]

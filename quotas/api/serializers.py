@@ -90,12 +90,24 @@ class PoolSerializer(JsonTypedMixin, serializers.ModelSerializer[ResourcePool]):
         }
 
 
+class ResourceStatusSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
+    """One managed resource besides GPUs (cores or GiB), the GPU figures' twin."""
+
+    fair_share = serializers.FloatField()
+    allocated = serializers.FloatField()
+    guaranteed = serializers.FloatField()
+    limit = serializers.FloatField(allow_null=True)
+
+
 class QuotaStatusSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
     fair_share = serializers.FloatField()
     allocated = serializers.FloatField()
     allocated_self = serializers.FloatField()
     running = serializers.IntegerField()
     pending = serializers.IntegerField()
+    # Present only where the quota's pool manages the resource (a root quota of it sets it).
+    cpu = ResourceStatusSerializer(required=False, help_text="CPU cores; only where the pool manages CPU.")
+    memory_gib = ResourceStatusSerializer(required=False, help_text="GiB; only where the pool manages memory.")
 
 
 class QuotaListSerializer(serializers.ListSerializer):  # type: ignore[type-arg]
@@ -129,6 +141,8 @@ class QuotaSerializer(JsonTypedMixin, serializers.ModelSerializer[Quota]):
             "cpu",
             "memory_gib",
             "limit",
+            "cpu_limit",
+            "memory_gib_limit",
             "weight",
             "effective_weight",
             "rank",
@@ -147,6 +161,8 @@ class QuotaSerializer(JsonTypedMixin, serializers.ModelSerializer[Quota]):
             "cpu": within("cpu", bounds.QUOTA_CPU_MAX),
             "memory_gib": within("memory_gib", bounds.QUOTA_MEMORY_GIB_MAX),
             "limit": within("limit", bounds.QUOTA_GPUS_MAX),
+            "cpu_limit": within("cpu_limit", bounds.QUOTA_CPU_MAX),
+            "memory_gib_limit": within("memory_gib_limit", bounds.QUOTA_MEMORY_GIB_MAX),
             "weight": within("weight", bounds.QUOTA_WEIGHT_MAX),
             "rank": within("rank", bounds.QUOTA_RANK_MAX, least=-bounds.QUOTA_RANK_MAX),
             "min_runtime_seconds": within("min_runtime_seconds", bounds.MIN_RUNTIME_SECONDS_MAX),
@@ -169,6 +185,8 @@ class QuotaSerializer(JsonTypedMixin, serializers.ModelSerializer[Quota]):
             "cpu": quota.cpu,
             "memory_gib": quota.memory_gib,
             "limit": quota.limit,
+            "cpu_limit": quota.cpu_limit,
+            "memory_gib_limit": quota.memory_gib_limit,
             "weight": quota.weight,
             "effective_weight": quota.effective_weight,
             "rank": quota.rank,

@@ -21,12 +21,20 @@ Actor = AbstractBaseUser | AnonymousUser | None
 
 # (field, unit) of each guaranteed resource; GPUs are always managed, CPU and memory when set.
 RESOURCES: tuple[tuple[str, str], ...] = (("gpus", "GPUs"), ("cpu", "CPU cores"), ("memory_gib", "GiB of memory"))
+# (guarantee field, its limit's field, unit): a limit is never below its guarantee.
+LIMITS: tuple[tuple[str, str, str], ...] = (
+    ("gpus", "limit", "GPUs"),
+    ("cpu", "cpu_limit", "CPU cores"),
+    ("memory_gib", "memory_gib_limit", "GiB of memory"),
+)
 # The most a client may ask of each amount of a quota (quotas.bounds).
 _QUOTA_MAXIMA: Mapping[str, float] = {
     "gpus": bounds.QUOTA_GPUS_MAX,
     "cpu": bounds.QUOTA_CPU_MAX,
     "memory_gib": bounds.QUOTA_MEMORY_GIB_MAX,
     "limit": bounds.QUOTA_GPUS_MAX,
+    "cpu_limit": bounds.QUOTA_CPU_MAX,
+    "memory_gib_limit": bounds.QUOTA_MEMORY_GIB_MAX,
     "weight": bounds.QUOTA_WEIGHT_MAX,
 }
 _NODE_MAXIMA: Mapping[str, float] = {"cpu": bounds.NODE_CPU_MAX, "memory_gib": bounds.NODE_MEMORY_GIB_MAX}
@@ -40,6 +48,8 @@ QUOTA_FIELDS = (
     "cpu",
     "memory_gib",
     "limit",
+    "cpu_limit",
+    "memory_gib_limit",
     "weight",
     "rank",
     "child_preemption",

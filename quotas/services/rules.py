@@ -14,7 +14,15 @@ from django.db.models import Sum
 
 from quotas import bounds
 from quotas.models import Node, QueuePolicy, Quota, ResourcePool
-from quotas.services.common import _QUOTA_MAXIMA, _TOLERANCE, QUOTA_FIELDS, RESOURCES, _is_number, _lock_pool
+from quotas.services.common import (
+    _QUOTA_MAXIMA,
+    _TOLERANCE,
+    LIMITS,
+    QUOTA_FIELDS,
+    RESOURCES,
+    _is_number,
+    _lock_pool,
+)
 from quotas.services.errors import _amount, _Errors, _number
 
 
@@ -81,7 +89,33 @@ class _Tree:
                 parents_checked.add(quota.parent_id)
                 self._check_room_under_parent(quota, changed, errors)
             self._check_room_for_children(quota, errors)
+        self._check_limits_managed(changed, errors)
         errors.raise_if_any()
+
+    def managed(self, changed: Iterable[Quota] = ()) -> set[str]:
+        """The resources besides GPUs this pool manages: those a root quota sets (SCHEDULING.md
+        "Managed resources"), counting the roots of this operation not saved yet."""
+        roots = [*self.children_of(None), *(quota for quota in changed if quota.pk is None and quota.parent_id is None)]
+        return {field for field, _ in RESOURCES[1:] if any(getattr(root, field) is not None for root in roots)}
+
+    def _check_limits_managed(self, changed: list[Quota], errors: _Errors) -> None:
+        """A CPU or memory limit means something only where the pool manages that resource; one
+        set elsewhere would be stored and never enforced, so it is refused, as is the change of a
+        root that would stop the pool managing a resource some quota still limits."""
+        managed = self.managed(changed)
+        members = {id(quota): quota for quota in (*self.quotas.values(), *changed)}.values()
+        for guarantee_field, limit_field, unit in LIMITS[1:]:
+            if guarantee_field in managed:
+                continue
+            limited = [quota for quota in members if getattr(quota, limit_field) is not None]
+            if not limited:
+                continue
+            names = ", ".join(sorted(quota.name for quota in limited))
+            errors.add(
+                limit_field,
+                f"{names} would set a {limit_field} but the pool {self.pool.name} manages no {unit}: no root "
+                f"quota of it sets {guarantee_field}. Give a root quota a {guarantee_field} guarantee first.",
+            )
 
     def _check_place(self, quota: Quota, errors: _Errors) -> None:
         """No cycle, the parent in the same pool."""
@@ -206,7 +240,8 @@ def _check_row(quota: Quota, errors: _Errors) -> None:
     elif name != name.strip():
         errors.add("name", f"The name {name!r} has spaces at its ends.")
     label = name if isinstance(name, str) and name.strip() else "the quota"
-    for field, unit in (*RESOURCES, ("limit", "GPUs"), ("weight", "")):
+    amounts = (*RESOURCES, *((limit, unit) for _, limit, unit in LIMITS), ("weight", ""))
+    for field, unit in amounts:
         amount = getattr(quota, field)
         if amount is None and field != "gpus":
             continue
@@ -221,12 +256,14 @@ def _check_row(quota: Quota, errors: _Errors) -> None:
                 f"{field} of {label} must be at most {bounds.readable(_QUOTA_MAXIMA[field])}, "
                 f"got {bounds.readable(amount)}.",
             )
-    limit, guaranteed = quota.limit, quota.gpus
-    if _is_number(limit) and _is_number(guaranteed) and limit is not None and limit < guaranteed - _TOLERANCE:
+    for guarantee_field, limit_field, unit in LIMITS:
+        limit, guaranteed = getattr(quota, limit_field), getattr(quota, guarantee_field)
+        if not (_is_number(limit) and _is_number(guaranteed)) or limit >= guaranteed - _TOLERANCE:
+            continue
         errors.add(
-            "limit",
-            f"The limit of {label} ({_amount(limit, 'GPUs')}) is below its guarantee of "
-            f"{_amount(guaranteed, 'GPUs')}; the limit must be at least gpus.",
+            limit_field,
+            f"The {limit_field} of {label} ({_amount(limit, unit)}) is below its guarantee of "
+            f"{_amount(guaranteed, unit)}; the {limit_field} must be at least {guarantee_field}.",
         )
     if isinstance(quota.rank, bool) or not isinstance(quota.rank, int):
         errors.add("rank", f"rank of {label} must be a whole number, got {quota.rank!r}.")

@@ -31,6 +31,8 @@ class QuotaSettings(TypedDict, total=False):
     cpu: float | None
     memory_gib: float | None
     limit: float | None
+    cpu_limit: float | None
+    memory_gib_limit: float | None
     weight: float | None
     rank: int
     child_preemption: bool
@@ -124,6 +126,8 @@ class NewQuota:
     cpu: float | None = None
     memory_gib: float | None = None
     limit: float | None = None
+    cpu_limit: float | None = None
+    memory_gib_limit: float | None = None
     weight: float | None = None
     rank: int = 0
     child_preemption: bool = False
@@ -162,6 +166,8 @@ def create_quota_tree(*, actor: Actor, quotas: Sequence[NewQuota], pool: Resourc
                 cpu=spec.cpu,
                 memory_gib=spec.memory_gib,
                 limit=spec.limit,
+                cpu_limit=spec.cpu_limit,
+                memory_gib_limit=spec.memory_gib_limit,
                 weight=spec.weight,
                 rank=spec.rank,
                 child_preemption=spec.child_preemption,
@@ -205,6 +211,7 @@ def create_quota_tree(*, actor: Actor, quotas: Sequence[NewQuota], pool: Resourc
             if quota.parent_id not in parents_checked:
                 parents_checked.add(quota.parent_id)
                 tree._check_room_under_parent(quota, new, errors)
+        tree._check_limits_managed(new, errors)
         errors.raise_if_any()
 
         # One insert per level: a level's parents have their real ids by then.

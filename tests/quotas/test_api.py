@@ -27,6 +27,8 @@ QUOTA_FIELDS = {
     "cpu",
     "memory_gib",
     "limit",
+    "cpu_limit",
+    "memory_gib_limit",
     "weight",
     "effective_weight",
     "rank",
