@@ -79,7 +79,7 @@ def test_gpus_held_by_slurm_jobs_outside_the_console_leave_the_pages_fair_share_
     Node.objects.filter(pk=node.pk).update(executor=NodeExecutor.SLURM)
     by_hand = SlurmJob(
         slurm_id=7, name="sbatch-by-hand", comment="", state="RUNNING", reason="", nodes=node.name,
-        exit_status=0, gpu_indices=(0, 1), gpus=2,
+        exit_status=0, gpu_indices=(0, 1), gpus=2, held=((node.name, (0, 1)),),
     )  # fmt: skip
     assert mark_held_outside([by_hand]) == 1
     cluster.submit("wants-all", gpus=8, replicas=2)
