@@ -4,28 +4,33 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('quotas', '0007_pool_description'),
+        ("quotas", "0007_pool_description"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='quota',
-            name='cpu_limit',
-            field=models.FloatField(blank=True, help_text='CPU limit in cores; none means no limit.', null=True),
+            model_name="quota",
+            name="cpu_limit",
+            field=models.FloatField(blank=True, help_text="CPU limit in cores; none means no limit.", null=True),
         ),
         migrations.AddField(
-            model_name='quota',
-            name='memory_gib_limit',
-            field=models.FloatField(blank=True, help_text='Memory limit in GiB; none means no limit.', null=True),
+            model_name="quota",
+            name="memory_gib_limit",
+            field=models.FloatField(blank=True, help_text="Memory limit in GiB; none means no limit.", null=True),
         ),
         migrations.AddConstraint(
-            model_name='quota',
-            constraint=models.CheckConstraint(condition=models.Q(('cpu_limit__isnull', True), ('cpu_limit__gte', 0), _connector='OR'), name='quota_cpu_limit_not_negative'),
+            model_name="quota",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("cpu_limit__isnull", True), ("cpu_limit__gte", 0), _connector="OR"),
+                name="quota_cpu_limit_not_negative",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='quota',
-            constraint=models.CheckConstraint(condition=models.Q(('memory_gib_limit__isnull', True), ('memory_gib_limit__gte', 0), _connector='OR'), name='quota_memory_limit_not_negative'),
+            model_name="quota",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("memory_gib_limit__isnull", True), ("memory_gib_limit__gte", 0), _connector="OR"),
+                name="quota_memory_limit_not_negative",
+            ),
         ),
     ]

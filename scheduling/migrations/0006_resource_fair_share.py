@@ -5,19 +5,27 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('quotas', '0008_quota_cpu_memory_limits'),
-        ('scheduling', '0005_agent_starts'),
+        ("quotas", "0008_quota_cpu_memory_limits"),
+        ("scheduling", "0005_agent_starts"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ResourceFairShare',
+            name="ResourceFairShare",
             fields=[
-                ('quota', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='+', serialize=False, to='quotas.quota')),
-                ('shares', models.JSONField(default=dict)),
-                ('at', models.DateTimeField()),
+                (
+                    "quota",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="+",
+                        serialize=False,
+                        to="quotas.quota",
+                    ),
+                ),
+                ("shares", models.JSONField(default=dict)),
+                ("at", models.DateTimeField()),
             ],
         ),
     ]
