@@ -320,6 +320,7 @@ def job_description(job: dict[str, Any]) -> str:
         ("GPUs", shape),
         ("State", job_state_sentence(job)),
         ("Placement", "; ".join(placements) or "-"),
+        *([("Slurm jobs", ", ".join(map(str, job["slurm_job_ids"])))] if job.get("slurm_job_ids") else []),
         ("Image", job.get("image") or "-"),
         (
             "Environment",

@@ -21,7 +21,7 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from quotas import bounds, selectors
-from quotas.models import Node, NodeAgent, NodeState, Quota, ResourcePool
+from quotas.models import Node, NodeAgent, NodeExecutor, NodeState, Quota, ResourcePool
 from scheduling import mentions, page_figures
 from scheduling import selectors as scheduling_selectors
 from scheduling.clock import get_clock
@@ -117,6 +117,11 @@ def _agent_of(node: Node) -> NodeAgent | None:
         return None
 
 
+# Slurm's own state of a Slurm node ("IDLE", "MIXED", "IDLE+DRAIN"…), which the Slurm sync
+# (slurm.inventory) keeps in the node's labels; the page shows it beside the console's state.
+SLURM_STATE_LABEL = "slurm.state"
+
+
 @dataclass
 class NodeRow:
     node: Node
@@ -131,6 +136,13 @@ class NodeRow:
     @property
     def jobs(self) -> list[str]:
         return sorted({holder["job"] for cell in self.cells for holder in cell.holders})
+
+    @property
+    def slurm_state(self) -> str:
+        """Slurm's state of a Slurm node; empty for other nodes."""
+        if self.node.executor != NodeExecutor.SLURM:
+            return ""
+        return str(self.node.labels.get(SLURM_STATE_LABEL) or "")
 
     @property
     def gpus_held(self) -> float:

@@ -38,7 +38,22 @@ from workspaces.permissions import usable_quotas
 def job_list(*, queryset: QuerySet[Job] | None = None) -> QuerySet[Job]:
     """Jobs with what their list and detail show, in a constant number of queries."""
     base = queryset if queryset is not None else Job.objects.all()
-    return base.select_related("workspace", "quota", "owner").prefetch_related("placements__node")
+    return base.select_related("workspace", "quota", "owner").prefetch_related("placements__node", *_slurm_jobs())
+
+
+def _slurm_jobs() -> tuple[str, ...]:
+    """The slurm app's rows of a job's Slurm jobs (slurm.models.SlurmJob, reverse name
+    `slurm_jobs`), when the app is installed: named, not imported, since scheduling sits below
+    the app that runs jobs on Slurm."""
+    return ("slurm_jobs",) if hasattr(Job, "slurm_jobs") else ()
+
+
+def slurm_job_ids(job: Job) -> list[int]:
+    """The Slurm job ids of the job's replicas, oldest first (an earlier run's, of a requeued job,
+    included); empty for a job of another executor. Read from job_list's prefetch."""
+    if not _slurm_jobs():
+        return []
+    return [int(row.slurm_id) for row in job.slurm_jobs.all() if row.slurm_id is not None]
 
 
 def job_events(*, job: Job) -> QuerySet[JobEvent]:

@@ -29,6 +29,7 @@ from quotas.models import Node, NodeExecutor, NodeState, ResourcePool
 from quotas.services.nodes import NewNode, create_nodes, node_snapshot, update_node
 from quotas.services.pools import create_pool
 from scheduling import triggers
+from scheduling.node_views import SLURM_STATE_LABEL
 from scheduling.snapshot import GPUS_OUTSIDE_LABEL
 from slurm.client import SlurmJob, SlurmNode
 
@@ -61,6 +62,7 @@ def _labels(node: SlurmNode, kept: dict[str, Any]) -> dict[str, Any]:
     labels = {key: value for key, value in kept.items() if not key.startswith("slurm.")}
     labels[PARTITION] = node.partition
     labels[AVAILABILITY] = node.availability
+    labels[SLURM_STATE_LABEL] = node.state
     if node.reason:
         labels[REASON] = node.reason[:200]
     return labels
@@ -158,7 +160,20 @@ def _follow(node: Node, slurm_node: SlurmNode, now: datetime) -> int:
         slurm_node.reason[:200]
     ):
         changed += _set_availability(node, slurm_node.availability, slurm_node.reason, now)
+    if node.labels.get(SLURM_STATE_LABEL) != slurm_node.state:
+        _set_slurm_state(node, slurm_node.state)
     return changed
+
+
+def _set_slurm_state(node: Node, state: str) -> None:
+    """Slurm's own state (IDLE, MIXED, ALLOCATED, IDLE+DRAIN…) in the labels, for the Nodes page.
+    Not audited and no cycle: it changes with every job Slurm starts or ends there, and what the
+    console acts on (up, drain, down) is the availability."""
+    with transaction.atomic():
+        current = Node.objects.select_for_update().only("pk", "labels").get(pk=node.pk)
+        labels = {**current.labels, SLURM_STATE_LABEL: state}
+        Node.objects.filter(pk=node.pk).update(labels=labels)
+    node.labels = labels
 
 
 def _move_to_partition(node: Node, partition: str) -> int:

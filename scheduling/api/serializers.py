@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from quotas import bounds
 from quotas.api.serializers import text, within
-from scheduling import job_environment, mentions
+from scheduling import job_environment, mentions, selectors
 from scheduling.models import Job, JobKind
 from utilities.json_types import JsonTypedMixin
 
@@ -45,6 +45,10 @@ class JobSerializer(JsonTypedMixin, serializers.ModelSerializer[Job]):
     )
     nodes = serializers.SerializerMethodField()
     placements = serializers.SerializerMethodField()
+    slurm_job_ids = serializers.SerializerMethodField(
+        help_text="The Slurm job ids of the job's replicas, oldest first (an earlier run's included); "
+        "empty for jobs of other executors."
+    )
     reason = serializers.SerializerMethodField()
 
     class Meta:
@@ -74,6 +78,7 @@ class JobSerializer(JsonTypedMixin, serializers.ModelSerializer[Job]):
             "running_replicas",
             "nodes",
             "placements",
+            "slurm_job_ids",
             "preemptions",
             "reason",
             "position",
@@ -90,6 +95,9 @@ class JobSerializer(JsonTypedMixin, serializers.ModelSerializer[Job]):
 
     def get_placements(self, job: Job) -> list[dict[str, Any]]:
         return [{"node": p.node.name, "devices": p.devices, "fraction": p.fraction} for p in job.placements.all()]
+
+    def get_slurm_job_ids(self, job: Job) -> list[int]:
+        return selectors.slurm_job_ids(job)
 
     def get_reason(self, job: Job) -> dict[str, str] | None:
         if not job.reason_code:

@@ -26,6 +26,7 @@ from gqc.cli import cli
 from quotas.models import Node, NodeExecutor, NodeState
 from quotas.node_agents import installation_identity
 from scheduling.models import Job, JobEvent, JobEventKind, JobState
+from scheduling.node_views import SLURM_STATE_LABEL
 from scheduling.snapshot import GPUS_OUTSIDE_LABEL
 from slurm import executor, inventory
 from slurm.models import SlurmJob
@@ -64,6 +65,8 @@ def test_slurm_nodes_become_console_nodes_with_their_gpus_cpus_memory_and_partit
         assert node.memory_gib == pytest.approx(4000 / 1024, abs=0.001)
         assert node.labels[inventory.PARTITION] == PARTITION
         assert node.pool.name == PARTITION
+        # Slurm's own state, which the Nodes page shows beside the console's.
+        assert node.labels[SLURM_STATE_LABEL] == "IDLE"
         assert list(node.devices.values_list("index", flat=True)) == list(range(GPUS_PER_NODE))
 
 
@@ -101,7 +104,12 @@ def test_a_job_sees_exactly_the_gpus_slurm_gave_it_and_succeeds(
 
 
 def test_a_failing_command_fails_the_job_with_its_exit_code_and_the_page_and_gqc_name_its_slurm_job(
-    submit: Callable[..., Job], member: AbstractUser, live_server: LiveServer, tmp_path: Path, monkeypatch: Any
+    submit: Callable[..., Job],
+    client_for: Clients,
+    member: AbstractUser,
+    live_server: LiveServer,
+    tmp_path: Path,
+    monkeypatch: Any,
 ) -> None:
     job = submit("bad", "echo broken >&2; exit 3")
     settle(lambda: state(job) == JobState.FAILED, what="the job failed")
@@ -109,6 +117,7 @@ def test_a_failing_command_fails_the_job_with_its_exit_code_and_the_page_and_gqc
     assert "exited with code 3" in failed.message and "broken" in failed.message
     assert JobEvent.objects.filter(job=job, kind=JobEventKind.STARTED).count() == 1
     (slurm_id,) = slurm_ids(job)
+    assert client_for(member).get(f"/api/v1/jobs/{job.pk}/").json()["slurm_job_ids"] == [slurm_id]
     page = Client()
     page.force_login(get_user_model().objects.get(pk=member.pk))
     assert f"Slurm job {slurm_id}" in page.get(f"/jobs/{job.pk}/").content.decode()
@@ -120,6 +129,7 @@ def test_a_failing_command_fails_the_job_with_its_exit_code_and_the_page_and_gqc
     assert signed.exit_code == 0, signed.output
     described = runner.invoke(cli, ["describe", str(job.pk)])
     assert described.exit_code == 0 and f"Slurm job {slurm_id}" in described.output
+    assert "Slurm jobs:" in described.output
 
 
 def test_a_cancel_stops_the_slurm_job_and_frees_the_gpus_only_once_it_is_gone(
