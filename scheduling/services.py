@@ -12,9 +12,11 @@ from __future__ import annotations
 from scheduling.cycle import CycleOutcome, converge, run_cycle
 from scheduling.job_endings import (
     DryRun,
+    Ending,
     cancel_job,
     fail_job,
     finish_job,
+    finish_jobs,
     is_final,
     preview_cancel_job,
     release_jobs_on_down_node,
@@ -36,6 +38,7 @@ __all__ = [
     "Actor",
     "CycleOutcome",
     "DryRun",
+    "Ending",
     "JobShape",
     "JobSubmission",
     "ManualCycle",
@@ -44,6 +47,7 @@ __all__ = [
     "converge",
     "fail_job",
     "finish_job",
+    "finish_jobs",
     "is_final",
     "preview_cancel_job",
     "preview_submit_job",

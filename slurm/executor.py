@@ -27,6 +27,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -41,7 +42,7 @@ from quotas.node_agents import installation_identity
 from scheduling import lifecycle, triggers
 from scheduling.agent_services import _append_logs
 from scheduling.models import Job, JobEventKind, JobLog, JobState, ReplicaPlacementRecord
-from scheduling.services import finish_job
+from scheduling.services import Ending, finish_job, finish_jobs
 from slurm import inventory, naming
 from slurm.client import SlurmClient, SlurmJob, SlurmUnavailable
 from slurm.models import SlurmJob as SlurmJobRow
@@ -58,6 +59,8 @@ _OUTPUT_BYTES_PER_SYNC = 256 * 1024
 _FAILURE_LOG_LINES = 20
 # Slurm's job states that mean its node failed rather than its process.
 _NODE_FAILURES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
+# How many sbatch commands run at once when a cycle admitted many replicas (_sbatch_all).
+_SUBMIT_THREADS = 8
 
 _sync_lock = threading.Lock()
 _last_sync = {"at": -math.inf}
@@ -288,55 +291,86 @@ def submit_placed(
         # Nothing is submitted whose output would be lost; said once, tried again at each sync.
         inventory.warn_once("output", f"Slurm: SLURM_OUTPUT_DIR {output_dir} cannot be made: {error.strerror}")
         return 0
-    submitted = 0
     console = installation_identity()
-    for one in placed:
-        job = jobs.get(one.job_id)
-        if job is None or job.state != JobState.RUNNING:
-            continue
-        name = naming.job_name(console, job.pk, one.replica)
-        output = output_dir / f"{name}.out"
-        try:
-            with transaction.atomic():
-                # The claim: whoever writes this row submits the replica, once.
-                row = SlurmJobRow.objects.create(
-                    job=job,
-                    replica=one.replica,
-                    rank=ranks.get(one.replica, 0),
-                    node_name=one.node,
-                    name=name,
-                    output=str(output),
-                    submitted_at=_now(),
-                )
-        except IntegrityError:
-            continue
-        try:
-            slurm_id = slurm.submit(
+    wanted = [
+        (one, job) for one in placed if (job := jobs.get(one.job_id)) is not None and job.state == JobState.RUNNING
+    ]
+    submitted = 0
+    # A chunk at a time, as many as run at once: a claimed row waits for its sbatch no longer than
+    # one sbatch did when they ran one after another (follow drops a claim whose sbatch has not
+    # answered after 3 × SLURM_COMMAND_SECONDS).
+    for first in range(0, len(wanted), _SUBMIT_THREADS):
+        claimed = [
+            claim
+            for one, job in wanted[first : first + _SUBMIT_THREADS]
+            if (claim := _claim(one, job, naming.job_name(console, job.pk, one.replica), ranks, output_dir))
+        ]
+        for (one, job, row), answer in zip(claimed, _sbatch_all(slurm, claimed), strict=True):
+            if isinstance(answer, SlurmUnavailable):
+                if _submit_refused(answer):
+                    SlurmJobRow.objects.filter(pk=row.pk).update(state="REFUSED", ended_at=_now())
+                    _fail(job, f"Slurm refused replica {row.rank} on {one.node}: {answer}")
+                else:
+                    # Not reached: no Slurm job exists; the next sync submits it again.
+                    SlurmJobRow.objects.filter(pk=row.pk).delete()
+                    logger.warning("Slurm: replica %s of job %s not submitted yet: %s", one.replica, job.pk, answer)
+                continue
+            # submitted_at becomes when the id is known: a sync whose squeue was read before it
+            # does not take the job's absence there for a vanished job (follow).
+            SlurmJobRow.objects.filter(pk=row.pk).update(slurm_id=answer, state="PENDING", submitted_at=_now())
+            submitted += 1
+    return submitted
+
+
+def _claim(
+    one: _Placed, job: Job, name: str, ranks: Mapping[int, int], output_dir: Path
+) -> tuple[_Placed, Job, SlurmJobRow] | None:
+    """The claim: whoever writes this row submits the replica, once; None when another did."""
+    try:
+        with transaction.atomic():
+            row = SlurmJobRow.objects.create(
+                job=job,
+                replica=one.replica,
+                rank=ranks.get(one.replica, 0),
+                node_name=one.node,
                 name=name,
+                output=str(output_dir / f"{name}.out"),
+                submitted_at=_now(),
+            )
+    except IntegrityError:
+        return None
+    return one, job, row
+
+
+def _sbatch_all(
+    slurm: SlurmClient, claimed: Sequence[tuple[_Placed, Job, SlurmJobRow]]
+) -> list[int | SlurmUnavailable]:
+    """Each claimed replica's sbatch, all at once: its Slurm id, or why not. One after another, an
+    admission of two thousand one-GPU jobs waited minutes on sbatch alone, which mostly waits on
+    slurmctld's answer. The threads run the commands only; the database is written by the caller."""
+
+    def one_sbatch(claim: tuple[_Placed, Job, SlurmJobRow]) -> int | SlurmUnavailable:
+        one, job, row = claim
+        try:
+            return slurm.submit(
+                name=row.name,
                 comment=f"gqc job {job.pk} ({job.name}) replica {one.replica}",
                 node=one.node,
                 partition=one.partition,
                 gpus=len(one.devices) if one.fraction >= 1 else 1,
                 cpus=math.ceil(job.cpu) if job.cpu else 0,
                 memory_mib=math.ceil(job.memory_gib * 1024) if job.memory_gib else 0,
-                output=str(output),
+                output=row.output,
                 command=_command(job),
                 environment=_environment(job, row.rank, one.fraction),
             )
         except SlurmUnavailable as error:
-            if _submit_refused(error):
-                SlurmJobRow.objects.filter(pk=row.pk).update(state="REFUSED", ended_at=_now())
-                _fail(job, f"Slurm refused replica {row.rank} on {one.node}: {error}")
-            else:
-                # Not reached: no Slurm job exists; the next sync submits it again.
-                SlurmJobRow.objects.filter(pk=row.pk).delete()
-                logger.warning("Slurm: replica %s of job %s not submitted yet: %s", one.replica, job.pk, error)
-            continue
-        # submitted_at becomes when the id is known: a sync whose squeue was read before it does
-        # not take the job's absence there for a vanished job (follow).
-        SlurmJobRow.objects.filter(pk=row.pk).update(slurm_id=slurm_id, state="PENDING", submitted_at=_now())
-        submitted += 1
-    return submitted
+            return error
+
+    if len(claimed) <= 1:
+        return [one_sbatch(claim) for claim in claimed]
+    with ThreadPoolExecutor(max_workers=len(claimed)) as pool:
+        return list(pool.map(one_sbatch, claimed))
 
 
 def _now() -> datetime:
@@ -553,13 +587,24 @@ def _settle(reasons: Mapping[int, str], now: datetime) -> int:
         SlurmJobRow.objects.filter(job_id__in=touched, ended_at__isnull=True).values_list("job_id", flat=True)
     )
     changed = 0
+    endings: list[Ending] = []
     for job in Job.objects.filter(pk__in=touched).select_related("quota"):
         if job.state == JobState.RELEASING:
             if job.pk not in still_open:
                 changed += _release(job, now)
         elif job.state == JobState.RUNNING and outcomes.get(job.pk):
-            changed += _end_running(job, outcomes[job.pk], all_done=job.pk not in still_open, now=now)
-    return changed
+            ending = _end_running(job, outcomes[job.pk], all_done=job.pk not in still_open, now=now)
+            if isinstance(ending, Ending):
+                endings.append(ending)
+            else:
+                changed += ending
+    # Every job that ended in this read, in one write (finish_jobs): one at a time, a drain of
+    # thousands of short jobs spent most of its time here (docs/slurm.md, the drain benchmark).
+    finished = {job.pk for job in finish_jobs(endings)}
+    for ending in endings:
+        if ending.job_id not in finished:
+            logger.info("job %s moved on before its Slurm outcome was recorded", ending.job_id)
+    return changed + len(finished)
 
 
 def _release(job: Job, now: datetime) -> int:
@@ -586,7 +631,9 @@ def _release(job: Job, now: datetime) -> int:
     return int(done)
 
 
-def _end_running(job: Job, outcomes: Sequence[_Outcome], *, all_done: bool, now: datetime) -> int:
+def _end_running(job: Job, outcomes: Sequence[_Outcome], *, all_done: bool, now: datetime) -> int | Ending:
+    """A node failure releases the job here (1, or 0 when it moved on); otherwise its end to write
+    (an Ending), or 0 while some replicas still run."""
     node_failure = next((o for o in outcomes if o.state in _NODE_FAILURES), None)
     if node_failure is not None:
         with transaction.atomic():
@@ -620,12 +667,7 @@ def _end_running(job: Job, outcomes: Sequence[_Outcome], *, all_done: bool, now:
             f"Slurm job {failed.slurm_id} (replica {failed.rank}) ended {failed.state} outside the console{why}"
             + last_lines
         )
-    try:
-        finish_job(job=job, succeeded=failed is None, message=message)
-    except ValidationError:
-        logger.info("job %s moved on before its Slurm outcome was recorded", job.pk)
-        return 0
-    return 1
+    return Ending(job.pk, failed is None, message)
 
 
 def _every_replica_submitted(job: Job) -> bool:

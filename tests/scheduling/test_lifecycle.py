@@ -264,3 +264,27 @@ def test_a_restart_rebuilds_the_same_state_and_a_further_cycle_changes_nothing(c
     assert {j.id: (j.state, j.placements) for j in before.jobs} == {j.id: (j.state, j.placements) for j in after.jobs}
     fractional = [j for j in after.jobs if j.gpus == 0.5]
     assert all(j.placements[0].fraction == 0.5 for j in fractional)
+
+
+def test_many_ends_reported_at_once_end_each_job_as_finish_job_would(cluster: Cluster) -> None:
+    """finish_jobs (the Slurm executor's one write for every end one squeue showed): each running
+    job ends succeeded or failed with its own event and audit record; a job that moved on meanwhile
+    (cancelled) is left as it is and not in the answer."""
+    from quotas.models import AuditRecord
+
+    done, broken, cancelled = (cluster.submit(name, gpus=1) for name in ("done", "broken", "cancelled"))
+    services.converge()
+    services.cancel_job(actor=None, job=cancelled)
+    ended = services.finish_jobs(
+        [
+            services.Ending(done.pk, True, "every replica exited with code 0"),
+            services.Ending(broken.pk, False, "replica 0 exited with code 3"),
+            services.Ending(cancelled.pk, True, "too late"),
+        ]
+    )
+    assert [job.name for job in ended] == ["done", "broken"]
+    states = dict(Job.objects.values_list("name", "state"))
+    assert states == {"done": JobState.SUCCEEDED, "broken": JobState.FAILED, "cancelled": JobState.CANCELLED}
+    assert JobEvent.objects.filter(job=broken, message="replica 0 exited with code 3").exists()
+    audited = AuditRecord.objects.filter(object_type="job", action__in=("job.finish", "job.fail"))
+    assert sorted(audited.values_list("action", "object_repr")) == [("job.fail", "broken"), ("job.finish", "done")]

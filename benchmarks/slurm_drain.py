@@ -1,0 +1,466 @@
+"""Issue 25's drain: Slurm's own scheduler against the console on Slurm and the console on agents.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/h5 REDIS_URL=redis://127.0.0.1:6379/5 \\
+        nice -n 10 .venv/bin/python benchmarks/slurm_drain.py [--nodes 256] [--jobs 10000] [--parts a b c]
+
+The load, the same in each part: --nodes emulated nodes of 8 GPUs, each held by one whole-node
+filler (`sleep`), and --jobs one-GPU jobs of `true` queued behind them. The clock starts when the
+fillers are cancelled and stops when the last queued job has ended; jobs per second is --jobs
+divided by that. Every job is a real process on both sides:
+
+(a) Slurm alone: the fillers and the jobs are sbatch'ed straight to slurmctld (sched/builtin) and
+    its slurmds run them; the drain ends when squeue lists none of them pending, running or
+    completing.
+(b) the console through the `slurm` executor: the same Slurm cluster (started afresh), the
+    console (web, worker, beat: `console.launcher serve`) with SLURM_CONF set; the jobs are
+    submitted to the console (submit_jobs, as the API's bulk submit does), which decides and
+    sbatch'es each admitted one pinned to its node; the drain ends when the console has every
+    job succeeded.
+(c) the console through --nodes node agents (`python -m gqc.agent --fake-gpus 8`, one process
+    per node), no Slurm; the same end.
+
+The Slurm cluster is slurm.testing's (the one tests/slurm start): slurmctld and one `slurmd -N`
+per node on this machine, auth/none, fake GPU GRES. Every process this starts runs under an
+address-space cap (prlimit --as), and a watchdog ends the run with the figures so far if the
+machine's available memory falls under --memory-floor-gib.
+"""
+
+from __future__ import annotations
+
+import _thread
+import argparse
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.console_process import drop_postgres, fresh_postgres, running_console  # noqa: E402
+from slurm.testing import SlurmCluster, wait_until  # noqa: E402
+
+GPUS = 8
+FILLER_COMMAND = "exec sleep 1000000"
+SLURM_TARGET = 34.0  # jobs/s: the issue's measure of (a) on this machine
+AGENT_CAP_BYTES = 1_000_000_000
+
+
+@dataclass
+class Figure:
+    """A drain: `ended` of `jobs` ended (`failed` of them not succeeded) `seconds` after the cancel."""
+
+    part: str
+    jobs: int
+    ended: int
+    seconds: float
+    failed: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.ended / self.seconds if self.seconds else 0.0
+
+    def line(self) -> str:
+        whole = "" if self.ended == self.jobs else f" (stopped at --limit: {self.ended} of {self.jobs} ended)"
+        return (
+            f"({self.part}) {self.rate:.1f} jobs/s: {self.ended} jobs in {self.seconds:.1f} s, "
+            f"{self.failed} not succeeded{whole}"
+        )
+
+
+class MemoryWatch:
+    """Ends the run (SIGTERM to this process) when the machine's available memory falls under the floor."""
+
+    def __init__(self, floor_bytes: int) -> None:
+        self.floor = floor_bytes
+        self.lowest = psutil.virtual_memory().available
+        self.stop = threading.Event()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        while not self.stop.wait(0.5):
+            available = psutil.virtual_memory().available
+            self.lowest = min(self.lowest, available)
+            if available < self.floor:
+                print(f"available memory {available / 2**30:.1f} GiB < floor: stopping", flush=True)
+                _thread.interrupt_main()  # KeyboardInterrupt in the main thread: the clean-ups run
+                return
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def node_names(count: int) -> tuple[str, ...]:
+    return tuple(f"s{number:04d}" for number in range(1, count + 1))
+
+
+@contextlib.contextmanager
+def slurm_cluster(nodes: int, root: Path) -> Iterator[SlurmCluster]:
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    cluster = SlurmCluster(
+        root=root,
+        nodes=node_names(nodes),
+        gpus_per_node=GPUS,
+        cpus=16,
+        memory_mib=64000,
+        overrides={"MaxJobCount": "100000"},
+        start_seconds=300.0,
+    )
+    started = time.monotonic()
+    try:
+        cluster.start()
+        say(f"Slurm up: {nodes} slurmd in {time.monotonic() - started:.0f} s")
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def until(done: Callable[[], bool], limit: float) -> float:
+    """Seconds until `done()`, polled every 0.2 s, or `limit` when it is not by then."""
+    began = time.monotonic()
+    while not done():
+        if time.monotonic() - began > limit:
+            return limit
+        time.sleep(0.2)
+    return time.monotonic() - began
+
+
+def live_count(cluster: SlurmCluster, name: str) -> int:
+    out = cluster.command("squeue", "-h", f"--name={name}", "-t", "PENDING,RUNNING,COMPLETING,CONFIGURING", "-o", "%i")
+    return len(out.split())
+
+
+def running_count(cluster: SlurmCluster, name: str) -> int:
+    return len(cluster.command("squeue", "-h", f"--name={name}", "-t", "RUNNING", "-o", "%i").split())
+
+
+def part_a(args: argparse.Namespace, scratch: Path) -> Figure:
+    with slurm_cluster(args.nodes, scratch / "slurm-a") as cluster:
+        for _ in range(args.nodes):
+            cluster.command(
+                "sbatch", "--job-name=filler", f"--gres=gpu:{GPUS}", "--output=/dev/null", "--wrap", FILLER_COMMAND
+            )
+        wait_until(lambda: running_count(cluster, "filler") == args.nodes, seconds=300, what="fillers running")
+
+        def submit(_number: int) -> None:
+            cluster.command("sbatch", "--job-name=drain", "--gres=gpu:1", "--output=/dev/null", "--wrap", "true")
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(submit, range(args.jobs)))
+        say(f"(a) {args.jobs} jobs sbatch'ed in {time.monotonic() - started:.0f} s, pending behind the fillers")
+        began = time.monotonic()
+        cluster.command("scancel", "--name=filler")
+        until(lambda: live_count(cluster, "drain") == 0, args.limit)
+        seconds = time.monotonic() - began
+        left = live_count(cluster, "drain")
+        failed = cluster.command("squeue", "-h", "--name=drain", "-t", "FAILED,TIMEOUT,NODE_FAIL", "-o", "%i")
+    return Figure("a", args.jobs, args.jobs - left, seconds, len(failed.split()))
+
+
+# --- the console ------------------------------------------------------------------------------
+
+
+def console_world(pool_name: str, nodes: int) -> tuple[Any, Any, Any]:
+    """An admin, a quota of every GPU in `pool_name`, and a workspace bound to it."""
+    from django.contrib.auth import get_user_model
+
+    from quotas.models import ResourcePool
+    from quotas.services import create_quota
+    from workspaces.services import create_workspace
+
+    admin = get_user_model().objects.create_superuser(username="bench", email="", password=None)
+    pool = ResourcePool.objects.get(name=pool_name)
+    quota = create_quota(actor=admin, name="drain", pool=pool, gpus=nodes * GPUS)
+    workspace = create_workspace(actor=admin, name="lab", quotas=[quota])
+    return admin, quota, workspace
+
+
+def submit(world: tuple[Any, Any, Any], prefix: str, count: int, gpus: int, command: str) -> list[int]:
+    from scheduling.submission import JobSubmission, submit_jobs
+
+    admin, quota, workspace = world
+    ids: list[int] = []
+    for first in range(0, count, 1000):
+        batch = [
+            JobSubmission(
+                workspace=workspace, quota=quota, name=f"{prefix}-{number}", kind="training", gpus=gpus, command=command
+            )
+            for number in range(first, min(count, first + 1000))
+        ]
+        ids += [job.pk for job in submit_jobs(actor=admin, submissions=batch)]
+    return ids
+
+
+def states(ids: list[int]) -> dict[str, int]:
+    from django.db.models import Count
+
+    from scheduling.models import Job
+
+    rows = Job.objects.filter(pk__in=ids).values_list("state").annotate(count=Count("id"))
+    return {str(state): int(count) for state, count in rows}
+
+
+def drain(
+    world: tuple[Any, Any, Any], args: argparse.Namespace, fillers_started: Callable[[list[int]], bool], part: str
+) -> Figure:
+    from scheduling.job_endings import cancel_job
+    from scheduling.models import FINAL_STATES, Job
+
+    fillers = submit(world, "filler", args.nodes, GPUS, FILLER_COMMAND)
+    wait_until(lambda: fillers_started(fillers), seconds=600, what="fillers started")
+    say(f"({part}) {args.nodes} fillers started")
+    started = time.monotonic()
+    queued = submit(world, "drain", args.jobs, 1, "true")
+    say(f"({part}) {args.jobs} jobs submitted in {time.monotonic() - started:.0f} s")
+    time.sleep(args.settle)  # a few cycles find no room: the queue is steady before the clock starts
+    pending = states(queued)
+    say(f"({part}) before the cancel: {pending}")
+    began = time.monotonic()
+    for job in Job.objects.filter(pk__in=fillers):
+        cancel_job(actor=world[0], job=job)
+    last = [0.0]
+
+    def done() -> bool:
+        counts = states(queued)
+        ended = sum(counts.get(str(state), 0) for state in FINAL_STATES)
+        if time.monotonic() - last[0] > 10:
+            last[0] = time.monotonic()
+            say(f"({part}) {time.monotonic() - began:.0f} s: {counts}")
+        return ended == len(queued)
+
+    until(done, args.limit)
+    seconds = time.monotonic() - began
+    counts = states(queued)
+    ended = sum(counts.get(str(state), 0) for state in FINAL_STATES)
+    why = Job.objects.filter(pk__in=queued, state="failed").values_list("reason_message", flat=True)
+    for message in sorted({str(message)[:200] for message in why[:200]})[:5]:
+        say(f"({part}) failed: {message}")
+    return Figure(part, args.jobs, ended, seconds, ended - counts.get("succeeded", 0))
+
+
+@contextlib.contextmanager
+def console(args: argparse.Namespace, database: str, extra: dict[str, str]) -> Iterator[None]:
+    import redis
+
+    server = os.environ["DATABASE_URL"]
+    database_url = fresh_postgres(server, database)
+    redis_url = os.environ["REDIS_URL"]
+    redis.Redis.from_url(redis_url).flushdb()
+    os.environ.update(
+        {
+            "CONSOLE_DEMO": "0",
+            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "CELERY_QUEUE": f"slurm-drain-{os.getpid()}",
+            "CHANNELS_PREFIX": "slurm-drain",
+            "LOG_LEVEL": "WARNING",
+            "DATABASE_URL": database_url,
+            **extra,
+        }
+    )
+    try:
+        with running_console(
+            port=args.port, database_url=database_url, redis_url=redis_url, memory_cap_bytes=4_000_000_000
+        ):
+            import django
+            from django.db import connections
+
+            django.setup()
+            from django.conf import settings
+
+            settings.DATABASES["default"]["NAME"] = database
+            connections.close_all()
+            try:
+                yield
+            finally:
+                connections.close_all()
+    finally:
+        os.environ["DATABASE_URL"] = server
+        drop_postgres(database_url)
+
+
+def part_b(args: argparse.Namespace, scratch: Path) -> Figure:
+    with slurm_cluster(args.nodes, scratch / "slurm-b") as cluster:
+        output = scratch / "slurm-output"
+        extra = {"SLURM_CONF": str(cluster.conf), "SLURM_OUTPUT_DIR": str(output), "SLURM_SYNC_SECONDS": str(args.sync)}
+        with console(args, "slurmdrain_b", extra):
+            from quotas.models import Node
+            from slurm.models import SlurmJob
+
+            wait_until(
+                lambda: Node.objects.filter(executor="slurm").count() == args.nodes, seconds=300, what="nodes synced"
+            )
+            pool = Node.objects.filter(executor="slurm").values_list("pool__name", flat=True).first()
+            world = console_world(str(pool), args.nodes)
+
+            def fillers_started(ids: list[int]) -> bool:
+                return SlurmJob.objects.filter(job_id__in=ids, state="RUNNING").count() == len(ids)
+
+            return drain(world, args, fillers_started, "b")
+
+
+def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
+    # Two web processes, as the agent benchmark's thousand agents ran (docs/agent.md).
+    extra = {"AGENT_HEARTBEAT_SECONDS": str(args.heartbeat), "WEB_CONCURRENCY": "2"}
+    with console(args, "slurmdrain_c", extra):
+        from gqc.agent import command_line
+        from quotas.models import Node, NodeExecutor, ResourcePool
+        from quotas.node_agents import issue_node_token
+        from quotas.services import create_node
+
+        admin_nodes = []
+        from django.contrib.auth import get_user_model
+
+        root = get_user_model().objects.create_superuser(username="inventory", email="", password=None)
+        pool = ResourcePool.objects.get_or_create(name=ResourcePool.DEFAULT_NAME)[0]
+        for name in node_names(args.nodes):
+            admin_nodes.append(
+                create_node(
+                    actor=root, name=name, gpus=GPUS, cpu=16, memory_gib=64, executor=NodeExecutor.AGENT, pool=pool
+                )
+            )
+        agents_dir = scratch / "agents"
+        agents_dir.mkdir(exist_ok=True)
+        processes: list[subprocess.Popen[bytes]] = []
+        try:
+            for node in admin_nodes:
+                token = agents_dir / f"{node.name}.token"
+                token.write_text(issue_node_token(actor=None, node=node))
+                argv = command_line(
+                    server=f"http://127.0.0.1:{args.port}",
+                    node=node.name,
+                    token_file=token,
+                    state_dir=agents_dir / node.name,
+                    fake_gpus=GPUS,
+                )
+                with open(agents_dir / f"{node.name}.log", "ab") as log:
+                    processes.append(
+                        subprocess.Popen(
+                            ["prlimit", f"--as={AGENT_CAP_BYTES}", "--", *argv],
+                            cwd=ROOT,
+                            stdout=subprocess.DEVNULL,
+                            stderr=log,
+                        )
+                    )
+            wait_until(
+                lambda: Node.objects.filter(agent__registered_at__isnull=False).count() == args.nodes,
+                seconds=300,
+                what="agents registered",
+            )
+            rss = sum(_rss(process.pid) for process in processes)
+            say(f"(c) {args.nodes} agents registered, {rss / 2**30:.2f} GiB resident together")
+            world = console_world(pool.name, args.nodes)
+
+            def fillers_started(ids: list[int]) -> bool:
+                return sum(
+                    len(list((agents_dir / name / "replicas").glob("*.json"))) for name in node_names(args.nodes)
+                ) >= len(ids)
+
+            return drain(world, args, fillers_started, "c")
+        finally:
+            for process in processes:
+                process.terminate()
+            for process in processes:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=10)
+
+
+def _rss(pid: int) -> int:
+    try:
+        family = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+        return sum(process.memory_info().rss for process in family)
+    except psutil.Error:
+        return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=256)
+    parser.add_argument("--jobs", type=int, default=10000)
+    parser.add_argument("--parts", nargs="*", default=["a", "b", "c"], choices=["a", "b", "c"])
+    parser.add_argument("--port", type=int, default=8475)
+    parser.add_argument("--sync", type=float, default=1.0, help="the console's SLURM_SYNC_SECONDS in (b)")
+    parser.add_argument("--heartbeat", type=float, default=2.0, help="AGENT_HEARTBEAT_SECONDS in (c)")
+    parser.add_argument("--settle", type=float, default=10.0, help="seconds the queue waits before the cancel")
+    parser.add_argument("--limit", type=float, default=1800.0, help="the longest a drain may take")
+    parser.add_argument("--memory-floor-gib", type=float, default=2.5)
+    args = parser.parse_args()
+    if not os.environ.get("DATABASE_URL", "").startswith("postgres") or not os.environ.get("REDIS_URL"):
+        sys.exit(
+            "Set DATABASE_URL (PostgreSQL: scratch databases are made next to it) and REDIS_URL (a private index)."
+        )
+    watch = MemoryWatch(int(args.memory_floor_gib * 2**30))
+    scratch = Path(tempfile.mkdtemp(prefix="slurm-drain-"))
+    say(
+        f"{args.nodes} nodes x {GPUS} GPUs, {args.jobs} jobs, parts {' '.join(args.parts)}; "
+        f"{psutil.cpu_count()} CPUs, {psutil.virtual_memory().available / 2**30:.1f} GiB available, "
+        f"load {os.getloadavg()[0]:.2f}"
+    )
+    figures: list[Figure] = []
+    try:
+        if len(args.parts) == 1:
+            figure = {"a": part_a, "b": part_b, "c": part_c}[args.parts[0]](args, scratch)
+            say(f"{figure.line()}; load {os.getloadavg()[0]:.2f}")
+            print(f"FIGURE {figure.part} {figure.jobs} {figure.ended} {figure.seconds} {figure.failed}", flush=True)
+            return 0
+        for part in args.parts:
+            # Each part in its own process: its own Django set-up, database and console.
+            figures.append(run_part(part))
+    finally:
+        watch.stop.set()
+        shutil.rmtree(scratch, ignore_errors=True)
+        if figures:
+            report(figures, watch)
+    return 0
+
+
+def run_part(part: str) -> Figure:
+    argv = [sys.executable, __file__, *sys.argv[1:]]
+    if "--parts" in argv:
+        at = argv.index("--parts")
+        while at + 1 < len(argv) and argv[at + 1] in ("a", "b", "c"):
+            del argv[at + 1]
+        argv.insert(at + 1, part)
+    else:
+        argv += ["--parts", part]
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    figure = Figure(part, 0, 0, 0.0)
+    for line in child.stdout:
+        if line.startswith("FIGURE "):
+            _tag, name, jobs, ended, seconds, failed = line.split()
+            figure = Figure(name, int(jobs), int(ended), float(seconds), int(failed))
+        else:
+            print(line, end="", flush=True)
+    child.wait()
+    return figure
+
+
+def report(figures: list[Figure], watch: MemoryWatch) -> None:
+    by_part = {figure.part: figure for figure in figures}
+    for figure in figures:
+        print(figure.line())
+    slurm = by_part.get("a")
+    if slurm:
+        if "b" in by_part:
+            print(f"(b)/(a) = {by_part['b'].rate / slurm.rate:.2f} (target >= 1)")
+        if "c" in by_part:
+            print(f"(c)/(a) = {by_part['c'].rate / slurm.rate:.2f} (target >= 10)")
+    print(f"lowest available memory during the run: {watch.lowest / 2**30:.1f} GiB")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
