@@ -13,6 +13,7 @@ from quotas.models import Node, NodeExecutor, NodeState
 from scheduling import engine
 from scheduling.engine import fairshare
 from scheduling.engine import types as engine_types
+from scheduling.engine.pools import split_by_pool
 from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, JobState, ReplicaPlacementRecord
 from scheduling.resource_figures import resource_figures, stored_fair_shares
 from scheduling.snapshot import GPUS_OUTSIDE_LABEL, engine_quotas, held_outside, raw_rows, stored_devices
@@ -141,16 +142,10 @@ def quota_status_summary() -> dict[str, QuotaStatusFigures]:
     # engine.fair_shares, with the capacity counted here: it would otherwise need the placements.
     # Each pool divides its own capacity among its own tree (engine.pools).
     fair_share: dict[str, float] = {}
-    pool_of = {member.name: member.pool for member in quotas}
-    pool_quotas: dict[str, list[engine.Quota]] = defaultdict(list)
-    pool_jobs: dict[str, list[engine.Job]] = defaultdict(list)
-    for member in quotas:
-        pool_quotas[member.pool].append(member)
-    for job in jobs:
-        pool_jobs[pool_of[job.quota]].append(job)
-    for pool, members in pool_quotas.items():
-        asking = pool_jobs[pool]
-        tree = fairshare.QuotaTree(members, {job.quota for job in asking})
+    asked = engine.Snapshot(nodes=(), quotas=tuple(quotas), jobs=tuple(jobs), now=0.0)
+    for pool, part in split_by_pool(asked) if quotas else []:
+        asking = part.jobs
+        tree = fairshare.QuotaTree(part.quotas, {job.quota for job in asking})
         request = fairshare.subtree_requests(tree, fairshare.requests_by_leaf(tree, asking))
         share = fairshare.divide(tree, request, capacity.get(pool, 0), fairshare.fractional_nodes(tree, asking))
         fair_share.update({tree.names[i]: share[i] / fairshare.MILLI for i in range(len(tree))})
