@@ -1,4 +1,5 @@
-"""The `gqc` commands: sign in, submit, list, describe, cancel, and read quotas and workspaces.
+"""The `gqc` commands: sign in, submit, list, describe, cancel, and read quotas, pools, nodes and
+workspaces.
 
 Every command prints what a person reads by default and `-o json|yaml` for scripts; failures
 print the API's own sentence on stderr and exit with a code from gqc.client (docs/cli.md).
@@ -16,6 +17,7 @@ import click
 
 from gqc import config
 from gqc.client import EXIT_NOT_FOUND, EXIT_SIGNED_OUT, EXIT_WAITS, ApiError, ConsoleClient
+from gqc.inventory import NODE_COLUMNS, POOL_COLUMNS, pool_rows
 from gqc.output import FORMATS, Column, emit, gpus, moment
 
 JOB_KINDS = ("training", "inference", "notebook")
@@ -183,10 +185,12 @@ def describe(job: str, output: str) -> None:
         job_id = resolve_job(client, job)
         record = client.get(f"jobs/{job_id}/")
         events = client.get(f"jobs/{job_id}/events/")
-    if output in {"json", "yaml"}:
-        emit({**record, "events": events}, output=output)
-        return
-    click.echo(job_description(record))
+        if output in {"json", "yaml"}:
+            emit({**record, "events": events}, output=output)
+            return
+        # A job runs on its quota's pool's nodes only; the job's answer names the quota alone.
+        quota = client.get("quotas/", name=record["quota"])["results"]
+    click.echo(job_description({**record, "pool": quota[0]["pool"] if quota else None}))
     click.echo("\nEvents:")
     emit(events, output=output, columns=EVENT_COLUMNS)
 
@@ -231,6 +235,25 @@ def quotas(output: str) -> None:
     with signed_in() as client:
         records = client.get_all("quotas/")
     emit(records, output=output, columns=QUOTA_COLUMNS)
+
+
+@cli.command()
+@output_option
+def pools(output: str) -> None:
+    """The pools you may see, each with its nodes, GPUs and quotas (its roots and what they guarantee)."""
+    with signed_in() as client:
+        rows = pool_rows(client.get_all("pools/"), client.get_all("nodes/"), client.get_all("quotas/"))
+    emit(rows, output=output, columns=POOL_COLUMNS)
+
+
+@cli.command()
+@click.option("--pool", help="Only this pool's nodes.")
+@output_option
+def nodes(pool: str | None, output: str) -> None:
+    """The nodes, with their pool, state, GPUs and GPU model."""
+    with signed_in() as client:
+        records = client.get_all("nodes/", **({"pool": pool} if pool else {}))
+    emit(records, output=output, columns=NODE_COLUMNS)
 
 
 @cli.command()
@@ -315,6 +338,7 @@ def job_description(job: dict[str, Any]) -> str:
     fields = [
         ("Job", f"{job['id']} {job['name']}"),
         ("Workspace / quota", f"{job['workspace']} / {job['quota']}"),
+        ("Pool", job.get("pool") or "-"),
         ("Owner", job.get("owner") or "-"),
         ("Kind, priority", f"{job['kind']}, {job['priority']}{'' if job['preemptible'] else ', non-preemptible'}"),
         ("GPUs", shape),
@@ -368,6 +392,7 @@ QUOTA_COLUMNS = (
     Column("ALLOCATED", lambda quota: quota["status"]["allocated"]),
     Column("RUNNING", lambda quota: quota["status"]["running"]),
     Column("PENDING", lambda quota: quota["status"]["pending"]),
+    Column("POOL", lambda quota: quota.get("pool")),
     Column("WEIGHT", lambda quota: quota.get("weight"), wide_only=True),
     Column("RANK", lambda quota: quota.get("rank"), wide_only=True),
     Column("CHILD-PREEMPTION", lambda quota: quota.get("child_preemption"), wide_only=True),
