@@ -193,12 +193,16 @@ class PoolGroup:
         return sorted({row.node.gpu_model for row in self.rows if row.node.gpu_model})
 
 
-def pool_groups(rows: list[NodeRow]) -> list[PoolGroup]:
-    """The rows by pool, pools in the order of their first node (the nodes come with their pool)."""
+def pool_groups(rows: list[NodeRow], pools: Sequence[ResourcePool] = ()) -> list[PoolGroup]:
+    """The rows by pool, pools in the order of their first node (the nodes come with their pool),
+    then `pools` that hold no node, so that a pool just added (or emptied) can be found, renamed
+    and deleted."""
     groups: dict[int, PoolGroup] = {}
     for row in rows:
         pool = row.node.pool
         groups.setdefault(pool.pk, PoolGroup(pool=pool, rows=[])).rows.append(row)
+    for pool in pools:
+        groups.setdefault(pool.pk, PoolGroup(pool=pool, rows=[]))
     return list(groups.values())
 
 
@@ -216,7 +220,7 @@ def nodes_page(request: HttpRequest) -> HttpResponse:
         "scheduling/nodes/nodes.html",
         {
             "rows": rows,
-            "pool_groups": pool_groups(rows),
+            "pool_groups": pool_groups(rows, list(selectors.visible_pools(request.user))),
             "states": states,
             "total_gpus": sum(node.gpus for node in nodes),
             "held_gpus": bounds.readable(round(sum(row.gpus_held for row in rows), 3)),

@@ -3,7 +3,7 @@ jobs beside what lower apps hold (quotas, nodes, a workspace's Quotas and Usage 
 
 from django.urls import path
 
-from scheduling import node_actions, node_views, quota_actions, quota_views, views, workspace_views
+from scheduling import node_actions, node_views, pool_views, quota_actions, quota_views, views, workspace_views
 
 urlpatterns = [
     path("jobs/", views.job_list_page, name="jobs-page"),
@@ -23,6 +23,8 @@ urlpatterns = [
     path("nodes/", node_views.nodes_page, name="nodes-page"),
     path("nodes/new/", node_actions.node_new, name="node-new"),
     path("pools/new/", node_actions.pool_new, name="pool-new"),
+    path("pools/<int:pool_id>/", pool_views.pool_page, name="pool-page"),
+    path("pools/<int:pool_id>/delete/", pool_views.pool_delete, name="pool-delete"),
     path("nodes/<int:node_id>/edit/", node_actions.node_edit, name="node-edit"),
     path("nodes/<int:node_id>/cordon/", node_actions.node_cordon, name="node-cordon"),
     path("nodes/<int:node_id>/drain/", node_actions.node_drain, name="node-drain"),
