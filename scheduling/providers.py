@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import F
+
 from quotas.hooks import Preview, QuotaStatus
 from quotas.models import Node, Quota
 from scheduling import engine
@@ -91,8 +93,14 @@ def commit_turn() -> None:
     """Wait for a cycle's commit in flight, and hold the next one back until this transaction
     ends. A commit's first write locks the fence row (scheduling.cycle), so locking it here
     first, before the inventory's own rows, keeps one order of locks and no deadlock; the commit
-    that comes after reads the edited node when it checks its placements."""
-    list(SchedulerFence.objects.select_for_update().filter(pk=SchedulerFence.SINGLETON_ID).values_list("pk"))
+    that comes after reads the edited node when it checks its placements.
+
+    The lock is taken by moving the fence's generation on, so that a cycle whose snapshot was
+    read before this change commits nothing (stale_snapshot) and the next cycle, which the
+    change's inventory signal asks for, decides on the node as it is now. A node moved to another
+    pool needs it: the commit checks a placement's devices, not its node's pool, and would place
+    a job of the old pool there (tests/scheduling/test_pool_move_concurrency.py)."""
+    SchedulerFence.objects.filter(pk=SchedulerFence.SINGLETON_ID).update(generation=F("generation") + 1)
 
 
 def node_delete_guard(node: Node) -> str | None:
