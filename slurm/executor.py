@@ -40,8 +40,8 @@ from quotas import bounds
 from quotas.models import NodeExecutor
 from quotas.node_agents import installation_identity
 from scheduling import lifecycle, triggers
-from scheduling.agent_services import _append_logs
-from scheduling.models import Job, JobEventKind, JobLog, JobState, ReplicaPlacementRecord
+from scheduling.agent_services import _append_logs, _log_tail
+from scheduling.models import Job, JobEventKind, JobState, ReplicaPlacementRecord
 from scheduling.services import Ending, finish_job, finish_jobs
 from slurm import inventory, naming
 from slurm.client import SlurmClient, SlurmJob, SlurmUnavailable
@@ -55,8 +55,6 @@ JOB_NAME_PREFIX = naming.PREFIX
 _FOREVER_SECONDS = 2**31 - 1
 # How much new output one sync reads of one Slurm job.
 _OUTPUT_BYTES_PER_SYNC = 256 * 1024
-# The last lines of a failed job's log that its event quotes.
-_FAILURE_LOG_LINES = 20
 # Slurm's job states that mean its node failed rather than its process.
 _NODE_FAILURES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 # How many sbatch commands run at once when a cycle admitted many replicas (_sbatch_all).
@@ -673,11 +671,6 @@ def _end_running(job: Job, outcomes: Sequence[_Outcome], *, all_done: bool, now:
 def _every_replica_submitted(job: Job) -> bool:
     placed = set(ReplicaPlacementRecord.objects.filter(job=job).values_list("pk", flat=True))
     return placed <= set(SlurmJobRow.objects.filter(job=job).values_list("replica", flat=True))
-
-
-def _log_tail(job_id: int) -> list[str]:
-    lines = JobLog.objects.filter(job_id=job_id).values_list("lines", flat=True).first() or []
-    return [str(line) for line in lines[-_FAILURE_LOG_LINES:]]
 
 
 def slurm_ids_of(job: Job) -> list[int]:
