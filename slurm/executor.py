@@ -49,8 +49,6 @@ from slurm.models import SlurmJob as SlurmJobRow
 
 logger = logging.getLogger(__name__)
 
-# The prefix of the names of the Slurm jobs the console submits: gqc-<console>-<job id>-<replica id>.
-JOB_NAME_PREFIX = naming.PREFIX
 # A job with no command still holds its GPUs for its duration (or until ended), as on agent nodes.
 _FOREVER_SECONDS = 2**31 - 1
 # How much new output one sync reads of one Slurm job.
@@ -70,11 +68,6 @@ def configured() -> bool:
 
 def client() -> SlurmClient:
     return SlurmClient(conf=str(settings.SLURM_CONF), timeout=float(settings.SLURM_COMMAND_SECONDS))
-
-
-def job_name(job_id: int, replica: int) -> str:
-    """The name of this console's Slurm job of one replica (slurm.naming: with its identity)."""
-    return naming.job_name(installation_identity(), job_id, replica)
 
 
 def forget_last_sync() -> None:
@@ -679,4 +672,4 @@ def slurm_ids_of(job: Job) -> list[int]:
     return [int(slurm_id) for slurm_id in ids if slurm_id is not None]
 
 
-__all__ = ["JOB_NAME_PREFIX", "SlurmExecutor", "configured", "forget_last_sync", "job_name", "slurm_ids_of", "sync"]
+__all__ = ["SlurmExecutor", "configured", "forget_last_sync", "slurm_ids_of", "sync"]
