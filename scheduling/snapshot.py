@@ -150,6 +150,7 @@ ENGINE_JOB_COLUMNS = (
     "grace_seconds",
     "beneficiary_id",
     "evicted",
+    "duration",
 )
 QUOTA_ID_AT, GPUS_AT, STATE_AT, GRACE_SECONDS_AT = (
     ENGINE_JOB_COLUMNS.index(column) for column in ("quota_id", "gpus", "state", "grace_seconds")
@@ -187,6 +188,7 @@ def engine_job(key: str, row: tuple[Any, ...], quota: str, replicas: tuple[tuple
         grace_seconds,
         beneficiary_id,
         evicted_at,
+        duration,
     ) = row[: len(ENGINE_JOB_COLUMNS)]
     return engine.Job(
         id=key,
@@ -209,6 +211,7 @@ def engine_job(key: str, row: tuple[Any, ...], quota: str, replicas: tuple[tuple
         workspace=workspace,
         beneficiary=None if beneficiary_id is None else str(beneficiary_id),
         evicted_at=_epoch(evicted_at),
+        duration=duration,
     )
 
 

@@ -21,6 +21,7 @@ MAX_CONSOLIDATIONS = 32
 MAX_MOVERS = 8
 MAX_MOVE_SETS = 64  # sets of movers looked at on one target node, fewest jobs first
 MAX_TARGET_NODES = 8  # nodes tried as the target of one consolidation
+MAX_RESERVATIONS = 32  # gangs at the head of a queue given a reservation (actions.reserve)
 
 
 def share_of(bound: int, share: float) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduling.engine.actions import reserve
 from scheduling.engine.fairshare import MILLI
 from scheduling.engine.policies import gpu_count, gpus, queue_key
 from scheduling.engine.session import Session
@@ -61,6 +62,11 @@ def pending_reasons(session: Session) -> dict[str, PendingReason]:
             if reason is not None and reason[0] in _CAPACITY_CODES:
                 # the common case, a full pool: one sentence per quota and job shape
                 code = NO_FIT if needs[job] <= free else INSUFFICIENT_CAPACITY
+                if session.reservations is not None:
+                    held = reserve.explained(session, job, free)
+                    if held is not None:
+                        out[jobs[job].id] = PendingReason(held[0], held[1], position)
+                        continue
                 key = (code, (), job_leaf[job], needs[job], replica[job])
                 message = messages.get(key)
                 if message is None:

@@ -14,7 +14,7 @@ these arrays and primitives.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scheduling.engine.cluster import Cluster, Journal, Placement
 from scheduling.engine.fairshare import (
@@ -41,6 +41,9 @@ from scheduling.engine.types import (
     Job,
     Snapshot,
 )
+
+if TYPE_CHECKING:
+    from scheduling.engine.actions.reserve import Reservations
 
 # A job's refusal: a reason code and the figures its sentence quotes (see `explain`).
 Refusal = tuple[str, tuple[Any, ...]]
@@ -182,6 +185,8 @@ class Session:
         self.ranked: dict[tuple[int, int], list[tuple[float, int, int]]] = {}
         self.ranked_generation = -1
         self.reserved: dict[int, list[Placement]] = {}
+        # Filled by actions.reserve: this cycle's reservations for gangs at the head of a queue.
+        self.reservations: Reservations | None = None
         for target in sorted(waiting_for):
             self.reserve_for_beneficiary(target, waiting_for[target])
 

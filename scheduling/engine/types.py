@@ -41,6 +41,8 @@ WAITING_FOR_EVICTION: Final = "waiting_for_eviction"
 QUEUE_BLOCKED: Final = "queue_blocked"
 INSUFFICIENT_CAPACITY: Final = "insufficient_capacity"
 UNKNOWN_QUOTA: Final = "unknown_quota"
+# Kept off GPUs reserved for the gang at the head of a quota's queue (actions.reserve).
+BEHIND_RESERVATION: Final = "behind_reservation"
 
 REASON_CODES: Final = (
     QUOTA_LIMIT,
@@ -51,6 +53,7 @@ REASON_CODES: Final = (
     QUEUE_BLOCKED,
     INSUFFICIENT_CAPACITY,
     UNKNOWN_QUOTA,
+    BEHIND_RESERVATION,
 )
 
 
@@ -139,6 +142,9 @@ class Job:
     workspace: str = ""
     beneficiary: str | None = None  # for a releasing job: the job it is released for
     evicted_at: float | None = None  # for a releasing job: when its grace period began
+    # Expected seconds of running once started (a time limit, or the simulated executor's
+    # duration); None: unknown. Reservations estimate when GPUs free from it (actions.reserve).
+    duration: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

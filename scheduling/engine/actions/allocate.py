@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 
+from scheduling.engine.actions import reserve
 from scheduling.engine.fairshare import MILLI
 from scheduling.engine.policies import queue_key, saturation
 from scheduling.engine.session import SHORT, WAITING, Session
@@ -110,7 +111,7 @@ def serve_pass(session: Session, bound: list[int] | None) -> None:
     static_refusal = session.static_refusal
     easy = session.easy
     while heap:
-        if entitled_only and cluster.free_total == 0:
+        if entitled_only and cluster.free_total == 0 and not reserve.held(session):
             return  # nothing left to place: the last pass gives the reasons
         _, leaf = heapq.heappop(heap)
         queue = queues[leaf]
@@ -131,6 +132,9 @@ def serve_pass(session: Session, bound: list[int] | None) -> None:
                 if refusal is None and promised[job]:
                     refusal = WAITING
             if refusal is None and bound is not None and borrower(session, job, bound):
+                if not passed_over:
+                    # the head waits for the borrowers' pass: keep its GPUs from those behind it
+                    reserve.hold_head(session, job)
                 if fifo[leaf]:
                     break
                 if not passed_over:
@@ -142,6 +146,8 @@ def serve_pass(session: Session, bound: list[int] | None) -> None:
                 placed = session.place_gang(job, count_of[job])
                 if placed is None and count_of[job] == 1:
                     session.smallest_failed = replica_of[job]
+            if placed is None and refusal is None:
+                placed = reserve.backfill(session, job)  # reserved GPUs it cannot delay
             if placed is not None:
                 session.admit(job, placed)
                 cursor[leaf] = position
@@ -149,6 +155,8 @@ def serve_pass(session: Session, bound: list[int] | None) -> None:
                     heapq.heappush(heap, (quota_order(session, leaf), leaf))
                 break
             reasons[job] = refusal or SHORT
+            if refusal is None:
+                reserve.hold(session, job)  # the head gang keeps where it fits soonest
             if fifo[leaf]:
                 # fifo: the job that does not fit blocks every job behind it.
                 for behind in queue[position:]:
@@ -156,7 +164,7 @@ def serve_pass(session: Session, bound: list[int] | None) -> None:
                         reasons[behind] = (QUEUE_BLOCKED, (jobs[job].id,))
                         tried.append(behind)
                 break
-            if cluster.free_total == 0 and not entitled_only:
+            if cluster.free_total == 0 and not entitled_only and not reserve.held(session):
                 # Nothing left to place: the rest of this quota only needs its reasons.
                 for behind in queue[position:]:
                     if state[behind] == PENDING and behind not in reasons:

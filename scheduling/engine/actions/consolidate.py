@@ -14,9 +14,11 @@ takes movers in order until it fits, then leaves in place each mover it can do w
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from itertools import combinations
 
 from scheduling.engine import bounds
+from scheduling.engine.actions import reserve
 from scheduling.engine.cluster import Placement
 from scheduling.engine.fairshare import MILLI
 from scheduling.engine.policies import gpu_count, victim_key
@@ -31,12 +33,12 @@ def consolidate(session: Session) -> None:
     by_node: dict[int, list[int]] | None = None
     most_attempts = bounds.share_of(bounds.MAX_CONSOLIDATIONS, session.snapshot.bound_share)
     for job in session.tried:
-        if attempts >= most_attempts or cluster.free_total == 0:
+        if attempts >= most_attempts or (cluster.free_total == 0 and not reserve.held(session)):
             break
         if session.state[job] != PENDING or session.reasons.get(job, ("",))[0] != INSUFFICIENT_CAPACITY:
             continue
         count = session.admit_count[job]
-        if cluster.free_total < session.replica_milli[job] * count:
+        if cluster.free_total + reserve.usable_gpus(session, job) < session.replica_milli[job] * count:
             continue
         if session.static_refusal(job) is not None:
             continue
@@ -45,7 +47,7 @@ def consolidate(session: Session) -> None:
         attempts += 1
         if by_node is None:
             by_node = movers_by_node(session)
-        if consolidate_for(session, job, count, by_node):
+        if reserve.with_reservations(session, job, partial(consolidate_for, session, job, count, by_node)):
             session.reasons.pop(job, None)
         else:
             failed_sizes.append((session.replica_milli[job], count))

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from scheduling.engine import bounds
+from scheduling.engine.actions import reserve
 from scheduling.engine.actions.preempt import in_quota_rule, preemption_candidates, preemption_reason, preemption_rule
 from scheduling.engine.cluster import Placement
 from scheduling.engine.policies import RULE_ORDER, gpu_count, victim_key
@@ -94,7 +95,7 @@ def reclaim_and_preempt(session: Session) -> None:
             continue
         if not may_search(session, job):
             continue
-        success, examined = search_victims(session, job)
+        success, examined = reserve.search_with_hold(session, job, search_victims)
         if success:
             found += 1
             if session.state[job] == RUNNING:

@@ -19,7 +19,11 @@ def test_gang_all_replicas_or_none() -> None:
     assert s.state("gang") == "pending"  # 6 GPUs free, but 2 + 4: one replica would fit
     reason = s.last.pending["gang"]
     assert reason.code == "no_fit"
-    assert reason.message == "needs 2 replicas of 3 GPUs, each on one node; largest free block is 4"
+    # the gang at the head of its queue keeps what it will use (docs/scheduling.md, Reservations)
+    assert reason.message == (
+        "reserved: n-1 and n-2 free when their jobs end (no expected end is known); "
+        "5 of the 6 GPUs it needs are free now and kept for it"
+    )
 
 
 def test_fractions_share_one_device() -> None:
@@ -75,13 +79,16 @@ def test_exceeds_cluster_node_and_pool() -> None:
 
 
 def test_fifo_blocks_best_effort_skips() -> None:
+    # big keeps n-1's 2 free GPUs (a reservation, docs/scheduling.md); the 1 free on n-2 is outside
     for policy, expected in (("fifo", "pending"), ("best_effort", "running")):
-        s = Scenario(nodes("n", 1, 4), quotas(Quota("a", None, 4, queue_policy=policy)))
-        s.submit("running", "a", 2).submit("big", "a", 4).submit("small", "a", 1)
+        s = Scenario(nodes("n", 2, 4), quotas(Quota("a", None, 8, queue_policy=policy)))
+        s.submit("running", "a", 2).submit("other", "a", 3)
+        s.submit("big", "a", 4).submit("small", "a", 1)
         assert s.state("small") == expected, policy
     assert s.last.pending["big"].position == 1
-    fifo = Scenario(nodes("n", 1, 4), quotas(Quota("a", None, 4, queue_policy="fifo")))
-    fifo.submit("running", "a", 2).submit("big", "a", 4).submit("small", "a", 1)
+    fifo = Scenario(nodes("n", 2, 4), quotas(Quota("a", None, 8, queue_policy="fifo")))
+    fifo.submit("running", "a", 2).submit("other", "a", 3)
+    fifo.submit("big", "a", 4).submit("small", "a", 1)
     assert fifo.last.pending["small"].code == "queue_blocked"
     assert fifo.last.pending["small"].position == 2
 

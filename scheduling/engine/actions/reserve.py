@@ -1,0 +1,398 @@
+"""Reserve: the gang at the head of a quota's queue that does not fit keeps the GPUs where it
+will fit soonest, so that the small jobs behind it cannot take them again and again (Slurm
+backfill's answer to large jobs that starve; docs/scheduling.md, "Reservations").
+
+Allocate calls in here at two points, and reclaim and explain at one each:
+
+- `hold`: a job that does not fit, the first such job of its quota this cycle, gets a
+  reservation: the nodes where its whole gang fits soonest, judged from the expected ends of the
+  jobs running there (`Job.duration`; unknown ends last); of those nodes' devices, the ones free
+  now are taken out of the pool. It never holds more than the gang asks, fractional jobs get
+  none, and at most `bounds.MAX_RESERVATIONS` are made per cycle.
+- `backfill`: a later job that found no room may still use reserved GPUs when it cannot delay
+  the reservation: it asks fewer GPUs than the reserved job and, by its own known duration, ends
+  before the reservation's expected start. A job of unknown duration uses only GPUs outside.
+  And a reservation never lets a borrower block an entitled job: a job of another quota that is
+  more entitled than the reserved one (within its guarantee, or within its fair share, where the
+  reserved job is not) may use its GPUs; so may its victim search (`search_with_hold`), which also
+  counts the job's own reservation as free.
+- `explained`: the reserved job says where and when ("reserved: gpu-3 and gpu-4 free in about
+  40 s"); a job kept off reserved GPUs gets `behind_reservation`.
+
+Nothing is stored between cycles: each cycle computes its reservations again from its snapshot,
+so a reservation ends as soon as its job starts or leaves the queue, and follows the nodes as
+their jobs end.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from scheduling.engine import bounds
+from scheduling.engine.cluster import Placement
+from scheduling.engine.fairshare import MILLI
+from scheduling.engine.policies import gpu_count, gpus
+from scheduling.engine.session import Session
+from scheduling.engine.types import BEHIND_RESERVATION, INSUFFICIENT_CAPACITY, NO_FIT, RELEASING, RUNNING
+
+UNKNOWN = math.inf  # a device whose holder has no expected end
+
+
+@dataclass(slots=True)
+class Hold:
+    """One reservation: the free devices kept for `job`, on the nodes it will start on."""
+
+    job: int
+    devices: list[Placement]
+    nodes: tuple[int, ...]
+    start: float  # expected start; UNKNOWN when a device it waits for has no expected end
+    level: int  # the reserved job's entitlement (`entitlement`) when it was made
+    leaf: int
+
+
+@dataclass(slots=True)
+class Reservations:
+    """A cycle's reservations, in the order they were made (the order quotas were served)."""
+
+    holds: dict[int, Hold] = field(default_factory=dict)
+    leaves: set[int] = field(default_factory=set)
+    held: set[tuple[int, int]] = field(default_factory=set)  # (node, device) kept for a hold
+    # When each busy device frees, from the jobs on it; built at the first hold of the cycle and
+    # brought up to date with the admissions decided since (`decisions_seen`).
+    ends: dict[tuple[int, int], float] = field(default_factory=dict)
+    decisions_seen: int = -1
+    known_ends: bool = False
+    # Shapes that found no room on reservations this cycle: (leaf, level, replica, count, duration)
+    failed_backfill: list[tuple[int, int, int, int, float]] = field(default_factory=list)
+
+
+def reservations(session: Session) -> Reservations:
+    found = session.reservations
+    if found is None:
+        found = session.reservations = Reservations()
+    return found
+
+
+def hold(session: Session, job: int) -> None:
+    """Reserve for an entitled job that found no room, if its quota has no reservation yet."""
+    res = reservations(session)
+    leaf = session.job_leaf[job]
+    replica = session.replica_milli[job]
+    if leaf in res.leaves or replica < MILLI or session.promised[job]:
+        return
+    if len(res.holds) >= bounds.share_of(bounds.MAX_RESERVATIONS, session.snapshot.bound_share):
+        return
+    update_ends(session, res)
+    found = soonest_fit(session, res, job) if res.known_ends else emptiest_nodes(session, res, job)
+    if found is None:
+        return
+    start, replicas = found
+    cluster = session.cluster
+    devices: list[Placement] = []
+    for node, chosen in replicas:
+        for d in chosen:
+            if cluster.dev_free[node][d] >= MILLI:
+                devices.append((node, (d,), MILLI))
+    for pl in devices:
+        cluster.adjust(pl, -1, 0.0, 0.0)
+        res.held.add((pl[0], pl[1][0]))
+    nodes = tuple(sorted({node for node, _ in replicas}))
+    res.holds[job] = Hold(job, devices, nodes, start, entitlement(session, job), leaf)
+    res.leaves.add(leaf)
+
+
+GUARANTEED, FAIR_SHARE, BORROWER = 0, 1, 2
+
+
+def entitlement(session: Session, job: int) -> int:
+    """With the job admitted: its quota and every ancestor within their guarantees (0), within
+    their fair shares or guarantees (1), or above somewhere (2: a borrower). Lower is stronger."""
+    tree = session.tree
+    need = session.needs[job]
+    alloc = session.allocated
+    chain = tree.chain[session.job_leaf[job]]
+    if all(alloc[n] + need <= tree.admit_guaranteed[n] for n in chain):
+        return GUARANTEED
+    share = session.fair_share
+    if all(alloc[n] + need <= share[n] or alloc[n] + need <= tree.admit_guaranteed[n] for n in chain):
+        return FAIR_SHARE
+    return BORROWER
+
+
+def may_use(session: Session, job: int, level: int, kept: Hold) -> bool:
+    """Whether the job may take GPUs of the reservation `kept` (see the module)."""
+    if not kept.devices or kept.job == job:
+        return False
+    if level < kept.level and kept.leaf != session.job_leaf[job]:
+        return True  # more entitled than the reserved job, and not behind it in its own queue
+    spec = session.jobs[job]
+    return (
+        spec.duration is not None
+        and session.now + spec.duration <= kept.start
+        and session.needs[job] < session.needs[kept.job]
+    )
+
+
+def held(session: Session) -> bool:
+    """Whether any GPU is kept for a reservation (free, though not to everyone)."""
+    res = session.reservations
+    return res is not None and bool(res.held)
+
+
+def hold_head(session: Session, job: int) -> None:
+    """`hold` for the head of a quota's queue passed over until the borrowers' pass, even where
+    it fits now: the jobs behind it in its own quota would otherwise take those GPUs first, as
+    entitled jobs, again and again. It uses its own reservation in that pass (`backfill`)."""
+    hold(session, job)
+
+
+def update_ends(session: Session, res: Reservations) -> None:
+    """When each busy device frees: the latest expected end of the jobs on it."""
+    if res.decisions_seen < 0:
+        for job, now_state in enumerate(session.state):
+            if now_state == RUNNING:
+                note_ends(session, res, job, session.placements[job])
+            elif now_state == RELEASING:
+                # promised to the job it was evicted for, which then holds it for its own time
+                for node, devices, _ in session.held[job]:
+                    for d in devices:
+                        res.ends[(node, d)] = UNKNOWN
+        res.decisions_seen = 0
+    decisions = session.decisions
+    for entry in decisions[res.decisions_seen :]:
+        if isinstance(entry, tuple) and entry[0] == "admit":
+            note_ends(session, res, entry[1], session.placements[entry[1]])
+    res.decisions_seen = len(decisions)
+
+
+def note_ends(session: Session, res: Reservations, job: int, placements: tuple[Placement, ...]) -> None:
+    spec = session.jobs[job]
+    if spec.duration is None:
+        end = UNKNOWN
+    else:
+        started = session.now if session.admitted_now[job] or spec.started_at is None else spec.started_at
+        end = max(session.now, started + spec.duration)
+        res.known_ends = True
+    ends = res.ends
+    for node, devices, _ in placements:
+        for d in devices:
+            if ends.get((node, d), -1.0) < end:
+                ends[(node, d)] = end
+
+
+Replicas = list[tuple[int, list[int]]]  # (node, its devices) per replica of the gang
+
+
+def soonest_fit(session: Session, res: Reservations, job: int) -> tuple[float, Replicas] | None:
+    """The earliest time the whole gang fits, and where: devices in order of when they free."""
+    cluster = session.cluster
+    width = session.replica_milli[job] // MILLI
+    count = session.admit_count[job]
+    now = session.now
+    ends = res.ends
+    held = res.held
+    frees: list[tuple[float, int, int]] = []
+    for node, free in enumerate(cluster.dev_free):
+        if not cluster.ready[node] or cluster.gpus[node] < width:
+            continue
+        for d, milli in enumerate(free):
+            if (node, d) in held:
+                continue
+            if milli >= MILLI:
+                frees.append((now, node, d))
+            else:
+                end = ends.get((node, d))
+                if end is not None:  # None: promised to a beneficiary, or held outside the console
+                    frees.append((end, node, d))
+    frees.sort()
+    gathering: dict[int, list[int]] = {}
+    replicas: Replicas = []
+    for end, node, d in frees:
+        devices = gathering.setdefault(node, [])
+        devices.append(d)
+        if len(devices) == width:
+            replicas.append((node, devices))
+            gathering[node] = []
+            if len(replicas) == count:
+                return end, replicas
+    return None
+
+
+def emptiest_nodes(session: Session, res: Reservations, job: int) -> tuple[float, Replicas] | None:
+    """No running job has an expected end: the nodes with the most free devices, whose holders'
+    ends are unknown (the bucket index, so that a pool of thousands of nodes costs a few peeks)."""
+    cluster = session.cluster
+    width = session.replica_milli[job] // MILLI
+    count = session.admit_count[job]
+    replicas: Replicas = []
+    seen: set[int] = set()
+    for level in range(cluster.max_gpus, 0, -1):
+        for node in sorted(set(cluster.buckets[level])):
+            if node in seen or cluster.whole[node] != level or cluster.gpus[node] < width:
+                continue
+            seen.add(node)
+            free = [d for d, milli in enumerate(cluster.dev_free[node]) if milli >= MILLI]
+            waiting = [d for d, milli in enumerate(cluster.dev_free[node]) if milli < MILLI and (node, d) in res.ends]
+            devices = free + waiting
+            while len(devices) >= width and len(replicas) < count:
+                replicas.append((node, devices[:width]))
+                devices = devices[width:]
+            if len(replicas) == count:
+                return UNKNOWN, replicas
+    return None
+
+
+def backfill(session: Session, job: int) -> list[Placement] | None:
+    """Place a job that found no room on GPUs of reservations it may use: its own, or those it
+    cannot delay (see the module); None if there are none or it still does not fit."""
+    res = session.reservations
+    if res is None or not res.holds:
+        return None
+    spec = session.jobs[job]
+    own = res.holds.get(job)
+    level = entitlement(session, job)
+    if (own is None or not own.devices) and spec.duration is None and all(level >= k.level for k in res.holds.values()):
+        return None  # the common case: nothing it may use
+    leaf = session.job_leaf[job]
+    replica = session.replica_milli[job]
+    count = session.admit_count[job]
+    duration = UNKNOWN if spec.duration is None else spec.duration
+    failed = (leaf, level, replica, count, duration)
+    if own is None:
+        for f_leaf, f_level, f_replica, f_count, f_duration in res.failed_backfill:
+            if (
+                f_leaf == leaf
+                and f_level <= level
+                and f_replica <= replica
+                and f_count <= count
+                and f_duration <= duration
+            ):
+                return None  # one no bigger, no longer and no less entitled found nothing this cycle
+    if session.cluster.free_total + usable_gpus(session, job) < session.needs[job]:
+        res.failed_backfill.append(failed)
+        return None
+    placed: list[list[Placement] | None] = [None]
+
+    def attempt() -> bool:
+        placed[0] = session.place_gang(job, count)
+        return placed[0] is not None
+
+    if not with_reservations(session, job, attempt):
+        res.failed_backfill.append(failed)
+    return placed[0]
+
+
+def usable(session: Session, job: int) -> list[Hold]:
+    """The reservations whose GPUs the job may take: its own, and those it cannot delay."""
+    res = session.reservations
+    if res is None or not res.holds:
+        return []
+    level = entitlement(session, job)
+    return [
+        kept for kept in res.holds.values() if kept.devices and (kept.job == job or may_use(session, job, level, kept))
+    ]
+
+
+def usable_gpus(session: Session, job: int) -> int:
+    """Milli-GPUs of the reservations the job may take."""
+    return sum(len(kept.devices) for kept in usable(session, job)) * MILLI
+
+
+def with_reservations(session: Session, job: int, attempt: Callable[[], bool]) -> bool:
+    """Run a placement attempt for the job (a victim search, a consolidation) with the GPUs of
+    the reservations it may use counted as free. On success its own reservation ends and the
+    others keep whatever the attempt left free; on failure everything is as before."""
+    released = usable(session, job)
+    if not released:
+        return attempt()
+    journal = session.journal
+    mark = journal.checkpoint()
+    cluster = session.cluster
+    for kept in released:
+        for pl in kept.devices:
+            cluster.adjust(pl, +1, 0.0, 0.0)
+    if not attempt():
+        journal.rollback(mark)
+        return False
+    res = session.reservations
+    assert res is not None  # usable() found some
+    for kept in released:
+        still = [] if kept.job == job else [pl for pl in kept.devices if cluster.dev_free[pl[0]][pl[1][0]] >= MILLI]
+        for pl in still:
+            cluster.adjust(pl, -1, 0.0, 0.0)
+        for pl in kept.devices:
+            if pl not in still:
+                res.held.discard((pl[0], pl[1][0]))
+        kept.devices = still
+    return True
+
+
+def search_with_hold(
+    session: Session, job: int, search: Callable[[Session, int], tuple[bool, int]]
+) -> tuple[bool, int]:
+    """A victim search with the reservations the job may use counted as free."""
+    examined = [0]
+
+    def attempt() -> bool:
+        found, examined[0] = search(session, job)
+        return found
+
+    return with_reservations(session, job, attempt), examined[0]
+
+
+def explained(session: Session, job: int, free: int) -> tuple[str, str] | None:
+    """The reason of a job still pending for capacity when reservations exist, or None."""
+    res = session.reservations
+    if res is None or not res.holds:
+        return None
+    kept = res.holds.get(job)
+    if kept is not None:
+        own = free + len(kept.devices) * MILLI
+        return (NO_FIT if session.needs[job] <= own else INSUFFICIENT_CAPACITY), reserved_sentence(session, kept)
+    reserved = sum(len(other.devices) for other in res.holds.values()) * MILLI
+    need = session.needs[job]
+    if reserved == 0 or need > free + reserved:
+        return None
+    first = next(other for other in res.holds.values() if other.devices)
+    return BEHIND_RESERVATION, behind_sentence(session, job, first, reserved, free)
+
+
+def node_list(session: Session, nodes: tuple[int, ...]) -> str:
+    names = [session.cluster.names[node] for node in nodes]
+    if len(names) > 3:
+        return f"{', '.join(names[:3])} and {len(names) - 3} more node(s)"
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def when(session: Session, start: float) -> str:
+    if start == UNKNOWN:
+        return "when their jobs end (no expected end is known)"
+    seconds = max(0.0, start - session.now)
+    return f"in about {seconds:.1f} s" if seconds < 10 else f"in about {seconds:,.0f} s"
+
+
+def reserved_sentence(session: Session, kept: Hold) -> str:
+    held = len(kept.devices)
+    need = session.needs[kept.job]
+    return (
+        f"reserved: {node_list(session, kept.nodes)} free {when(session, kept.start)}; "
+        f"{held} of the {gpu_count(need)} it needs are free now and kept for it"
+    )
+
+
+def behind_sentence(session: Session, job: int, kept: Hold, reserved: int, free: int) -> str:
+    spec = session.jobs[job]
+    other = session.jobs[kept.job]
+    if spec.duration is None:
+        why = "its run time is unknown, so it could delay that start"
+    elif session.needs[job] >= session.needs[kept.job]:
+        why = f"it asks as many GPUs as {other.id} or more"
+    else:
+        why = f"it would run past that start ({spec.duration:,.1f} s)"
+    return (
+        f"needs {gpu_count(session.needs[job])}; {gpus(free)} are free and {gpus(reserved)} reserved: "
+        f"{node_list(session, kept.nodes)} for {other.id} of {other.quota}, which starts there "
+        f"{when(session, kept.start)}; {why}"
+    )
