@@ -1,6 +1,6 @@
 """Kueue's published scheduler baseline, replayed in real time on the simulated executor.
 
-    python benchmarks/runtime_kueue_replay.py [--fraction 1.0] [--postgres]
+    python benchmarks/runtime_kueue_replay.py [--fraction 1.0] [--postgres] [--arrivals kueue]
 
 The workload (benchmarks/runtime_workloads.py): 30 nodes x 20 GPUs; 5 parents of 120 GPUs,
 each with 6 children guaranteed 20 and limited to 120; per child 350 x 1 GPU for 200 ms
@@ -9,7 +9,10 @@ preemptible; 15,000 jobs. Capacity floor: 39,600 GPU-seconds / 600 GPUs = 66 s.
 
 How it runs (in-process, as the worker would): the nodes, quotas and workspace come from the
 quota and workspace services (ScenarioRunner.set_up); the 15,000 jobs are written in one bulk
-insert, all submitted at t0 (the submit path is measured by runtime_submit_to_running.py).
+insert, all submitted at t0 (the submit path is measured by runtime_submit_to_running.py); with
+`--arrivals kueue`, each class's jobs arrive per child quota as Kueue's generator creates them
+(small every 0.1 s, medium every 0.5 s, large every 1.2 s), inserted as their time comes, and a
+job's wait counts from its own arrival, as Kueue's does.
 Then the real cycle (`scheduling.cycle.run_cycle`: snapshot, engine, commit, executor tick)
 runs back to back on the wall clock, as event triggers would have it run when every finish
 asks for a cycle; the simulated executor ends each job once its real duration has passed.
@@ -28,6 +31,7 @@ import sys
 import time
 from collections import defaultdict
 from contextlib import AbstractContextManager
+from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -41,7 +45,12 @@ from django.db.models import Min, Sum  # noqa: E402
 from django.test.utils import override_settings  # noqa: E402
 
 from benchmarks.runtime_support import scratch_postgres  # noqa: E402
-from benchmarks.runtime_workloads import KUEUE_CLASSES, kueue_jobs, kueue_scenario  # noqa: E402
+from benchmarks.runtime_workloads import (  # noqa: E402
+    KUEUE_CLASSES,
+    KUEUE_CREATION_INTERVAL_S,
+    kueue_jobs,
+    kueue_scenario,
+)
 from quotas.models import Quota  # noqa: E402
 from scheduling.clock import SystemClock  # noqa: E402
 from scheduling.cycle import run_cycle  # noqa: E402
@@ -77,6 +86,12 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=1.0, help="share of each class's jobs (quick runs)")
     parser.add_argument("--postgres", action="store_true", help="a scratch database next to DATABASE_URL")
     parser.add_argument("--max-seconds", type=float, default=1800.0)
+    parser.add_argument(
+        "--arrivals",
+        choices=("t0", "kueue"),
+        default="t0",
+        help="t0: every job submitted at the start; kueue: at the creation intervals of Kueue's generator",
+    )
     args = parser.parse_args()
     database: AbstractContextManager[None]
     if args.postgres:
@@ -87,10 +102,21 @@ def main() -> None:
         override_settings(SCHEDULER_TRIGGER="none", SCHEDULER_PUBLISH_EVENTS=False, SCHEDULER_EXECUTOR="simulated"),
         database,
     ):
-        replay(args.fraction, args.max_seconds)
+        replay(args.fraction, args.max_seconds, args.arrivals)
 
 
-def replay(fraction: float, max_seconds: float) -> None:
+def size_of(name: str) -> str:
+    return name.split(".")[-1].rsplit("-", 1)[0]
+
+
+def arrival(name: str, arrivals: str) -> float:
+    """Seconds after the start that the job is submitted."""
+    if arrivals == "t0":
+        return 0.0
+    return KUEUE_CREATION_INTERVAL_S[size_of(name)] * int(name.rsplit("-", 1)[1])
+
+
+def replay(fraction: float, max_seconds: float, arrivals: str = "t0") -> None:
     document = kueue_scenario()
     document["steps"] = []
     clock = SystemClock()
@@ -100,37 +126,41 @@ def replay(fraction: float, max_seconds: float) -> None:
     quota_ids = dict(Quota.objects.values_list("name", "id"))
     children = {pk: name for name, pk in quota_ids.items() if ".child-" in name}
     keep = {size: max(1, round(count * fraction)) for size, _, _, _, count in KUEUE_CLASSES}
-    specs = [
-        spec
-        for spec in kueue_jobs()
-        if int(spec["name"].rsplit("-", 1)[1]) < keep[spec["name"].split(".")[-1].rsplit("-", 1)[0]]
-    ]
+    specs = [spec for spec in kueue_jobs() if int(spec["name"].rsplit("-", 1)[1]) < keep[size_of(spec["name"])]]
     work = sum(spec["gpus"] * spec["duration"] for spec in specs)
     floor = work / 600
 
+    specs.sort(key=lambda spec: arrival(spec["name"], arrivals))
     t0 = clock.now()
-    Job.objects.bulk_create(
-        Job(
-            name=spec["name"],
-            workspace=workspace,
-            quota_id=quota_ids[spec["quota"]],
-            kind="training",
-            gpus=spec["gpus"],
-            priority=spec["priority"],
-            preemptible=True,
-            duration=spec["duration"],
-            submitted_at=t0,
-        )
-        for spec in specs
-    )
     lock = InProcessCycleLock()
     started = time.perf_counter()
     cycles = 0
     cycle_seconds: list[float] = []
-    while Job.objects.filter(state__in=ACTIVE_STATES).exists():
-        if time.perf_counter() - started > max_seconds:
+    submitted = 0
+    while submitted < len(specs) or Job.objects.filter(state__in=ACTIVE_STATES).exists():
+        elapsed = time.perf_counter() - started
+        if elapsed > max_seconds:
             print(f"stopped after {max_seconds:.0f} s with jobs still active")
             break
+        due = submitted
+        while due < len(specs) and arrival(specs[due]["name"], arrivals) <= elapsed:
+            due += 1
+        if due > submitted:
+            Job.objects.bulk_create(
+                Job(
+                    name=spec["name"],
+                    workspace=workspace,
+                    quota_id=quota_ids[spec["quota"]],
+                    kind="training",
+                    gpus=spec["gpus"],
+                    priority=spec["priority"],
+                    preemptible=True,
+                    duration=spec["duration"],
+                    submitted_at=t0 + timedelta(seconds=arrival(spec["name"], arrivals)),
+                )
+                for spec in specs[submitted:due]
+            )
+            submitted = due
         before = time.perf_counter()
         run_cycle(trigger="kueue-replay", lock=lock)
         cycle_seconds.append(time.perf_counter() - before)
@@ -148,15 +178,17 @@ def replay(fraction: float, max_seconds: float) -> None:
         .values_list("job_id", "first")
     )
     waits: dict[str, list[float]] = defaultdict(list)
-    for pk, name in Job.objects.values_list("id", "name"):
-        size = name.split(".")[-1].rsplit("-", 1)[0]
+    for pk, name, submitted_at in Job.objects.values_list("id", "name", "submitted_at"):
         if pk in first_admit:
-            waits[size].append((first_admit[pk] - t0).total_seconds())
+            waits[size_of(name)].append((first_admit[pk] - submitted_at).total_seconds())
     usage_integral = held_gpu_seconds()
     usage = 100 * sum(usage_integral[pk] for pk in children) / (20 * len(children) * makespan)
     lowest = min(100 * usage_integral[pk] / (20 * makespan) for pk in children)
 
-    print(f"Kueue baseline replay: {len(specs)} jobs, {work:.0f} GPU-seconds, capacity floor {floor:.0f} s")
+    print(
+        f"Kueue baseline replay ({arrivals} arrivals): {len(specs)} jobs, {work:.0f} GPU-seconds, "
+        f"capacity floor {floor:.0f} s"
+    )
     print(
         f"  makespan {makespan:.1f} s: {makespan / floor:.2f} x the floor ({FLOOR_S:.0f} s for the full set), "
         f"{makespan / KUEUE_MAKESPAN_S:.2f} x Kueue's {KUEUE_MAKESPAN_S:.0f} s, "

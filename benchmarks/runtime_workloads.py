@@ -30,6 +30,11 @@ KUEUE_CLASSES = (
     ("large", 20, 1.0, 3, 50),
 )
 
+# Kueue's generator creates each class's workloads one by one per queue, this many seconds apart
+# (creationIntervalMs in test/performance/scheduler/configs/baseline/generator.yaml); its waits
+# to admission count from each workload's creation.
+KUEUE_CREATION_INTERVAL_S = {"small": 0.1, "medium": 0.5, "large": 1.2}
+
 
 def s3_quotas() -> list[dict[str, Any]]:
     capacity = S3_NODES * S3_GPUS_PER_NODE

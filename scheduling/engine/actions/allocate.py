@@ -111,7 +111,7 @@ def serve_pass(session: Session, bound: list[int] | None) -> None:
     static_refusal = session.static_refusal
     easy = session.easy
     while heap:
-        if entitled_only and cluster.free_total == 0 and not reserve.held(session):
+        if entitled_only and cluster.free_total == 0 and not reserve.open_to(session, reserve.GUARANTEED):
             return  # nothing left to place: the last pass gives the reasons
         _, leaf = heapq.heappop(heap)
         queue = queues[leaf]
@@ -164,7 +164,7 @@ def serve_pass(session: Session, bound: list[int] | None) -> None:
                         reasons[behind] = (QUEUE_BLOCKED, (jobs[job].id,))
                         tried.append(behind)
                 break
-            if cluster.free_total == 0 and not entitled_only and not reserve.held(session):
+            if cluster.free_total == 0 and not entitled_only and not reserve.open_to(session, reserve.BORROWER):
                 # Nothing left to place: the rest of this quota only needs its reasons.
                 for behind in queue[position:]:
                     if state[behind] == PENDING and behind not in reasons:

@@ -33,12 +33,12 @@ def consolidate(session: Session) -> None:
     by_node: dict[int, list[int]] | None = None
     most_attempts = bounds.share_of(bounds.MAX_CONSOLIDATIONS, session.snapshot.bound_share)
     for job in session.tried:
-        if attempts >= most_attempts or (cluster.free_total == 0 and not reserve.held(session)):
+        if attempts >= most_attempts or (cluster.free_total == 0 and not reserve.open_to(session, reserve.GUARANTEED)):
             break
         if session.state[job] != PENDING or session.reasons.get(job, ("",))[0] != INSUFFICIENT_CAPACITY:
             continue
         count = session.admit_count[job]
-        if cluster.free_total + reserve.usable_gpus(session, job) < session.replica_milli[job] * count:
+        if not reserve.room_for(session, job):
             continue
         if session.static_refusal(job) is not None:
             continue

@@ -35,7 +35,7 @@ from scheduling.engine.cluster import Placement
 from scheduling.engine.fairshare import MILLI
 from scheduling.engine.policies import gpu_count, gpus
 from scheduling.engine.session import Session
-from scheduling.engine.types import BEHIND_RESERVATION, INSUFFICIENT_CAPACITY, NO_FIT, RELEASING, RUNNING
+from scheduling.engine.types import BEHIND_RESERVATION, INSUFFICIENT_CAPACITY, NO_FIT, PENDING, RELEASING, RUNNING
 
 UNKNOWN = math.inf  # a device whose holder has no expected end
 
@@ -66,6 +66,7 @@ class Reservations:
     known_ends: bool = False
     # Shapes that found no room on reservations this cycle: (leaf, level, replica, count, duration)
     failed_backfill: list[tuple[int, int, int, int, float]] = field(default_factory=list)
+    pending_durations: bool | None = None  # whether a pending job has a known duration (`open_to`)
 
 
 def reservations(session: Session) -> Reservations:
@@ -82,6 +83,9 @@ def hold(session: Session, job: int) -> None:
     replica = session.replica_milli[job]
     if leaf in res.leaves or replica < MILLI or session.promised[job]:
         return
+    res.leaves.add(leaf)  # its head had its turn, with a reservation or without
+    if session.cluster.free_total == 0:
+        return  # nothing free to keep: the next cycle looks again (in a full pool, at no cost)
     if len(res.holds) >= bounds.share_of(bounds.MAX_RESERVATIONS, session.snapshot.bound_share):
         return
     update_ends(session, res)
@@ -100,7 +104,6 @@ def hold(session: Session, job: int) -> None:
         res.held.add((pl[0], pl[1][0]))
     nodes = tuple(sorted({node for node, _ in replicas}))
     res.holds[job] = Hold(job, devices, nodes, start, entitlement(session, job), leaf)
-    res.leaves.add(leaf)
 
 
 GUARANTEED, FAIR_SHARE, BORROWER = 0, 1, 2
@@ -112,13 +115,16 @@ def entitlement(session: Session, job: int) -> int:
     tree = session.tree
     need = session.needs[job]
     alloc = session.allocated
-    chain = tree.chain[session.job_leaf[job]]
-    if all(alloc[n] + need <= tree.admit_guaranteed[n] for n in chain):
-        return GUARANTEED
+    guaranteed = tree.admit_guaranteed
     share = session.fair_share
-    if all(alloc[n] + need <= share[n] or alloc[n] + need <= tree.admit_guaranteed[n] for n in chain):
-        return FAIR_SHARE
-    return BORROWER
+    level = GUARANTEED
+    for node in tree.chain[session.job_leaf[job]]:
+        after = alloc[node] + need
+        if after > guaranteed[node]:
+            if after > share[node]:
+                return BORROWER
+            level = FAIR_SHARE
+    return level
 
 
 def may_use(session: Session, job: int, level: int, kept: Hold) -> bool:
@@ -135,10 +141,19 @@ def may_use(session: Session, job: int, level: int, kept: Hold) -> bool:
     )
 
 
-def held(session: Session) -> bool:
-    """Whether any GPU is kept for a reservation (free, though not to everyone)."""
+def open_to(session: Session, level: int) -> bool:
+    """Whether a job of this entitlement may find GPUs on reservations when none is free: some
+    reservation is less entitled (`may_use`), or a pending job has a known duration (it may end
+    before a reservation starts). The actions stop looking once nothing is free and this is not
+    so, as they did before reservations."""
     res = session.reservations
-    return res is not None and bool(res.held)
+    if res is None or not res.held:
+        return False
+    if res.pending_durations is None:
+        res.pending_durations = any(
+            spec.duration is not None and now == PENDING for spec, now in zip(session.jobs, session.state, strict=True)
+        )
+    return res.pending_durations or any(kept.devices and kept.level > level for kept in res.holds.values())
 
 
 def hold_head(session: Session, job: int) -> None:
@@ -248,8 +263,8 @@ def backfill(session: Session, job: int) -> list[Placement] | None:
     """Place a job that found no room on GPUs of reservations it may use: its own, or those it
     cannot delay (see the module); None if there are none or it still does not fit."""
     res = session.reservations
-    if res is None or not res.holds:
-        return None
+    if res is None or not res.held or session.cluster.free_total + len(res.held) * MILLI < session.needs[job]:
+        return None  # the common case: no reservation, or too few GPUs even with every one
     spec = session.jobs[job]
     own = res.holds.get(job)
     level = entitlement(session, job)
@@ -270,7 +285,7 @@ def backfill(session: Session, job: int) -> list[Placement] | None:
                 and f_duration <= duration
             ):
                 return None  # one no bigger, no longer and no less entitled found nothing this cycle
-    if session.cluster.free_total + usable_gpus(session, job) < session.needs[job]:
+    if not room_for(session, job):
         res.failed_backfill.append(failed)
         return None
     placed: list[list[Placement] | None] = [None]
@@ -287,7 +302,7 @@ def backfill(session: Session, job: int) -> list[Placement] | None:
 def usable(session: Session, job: int) -> list[Hold]:
     """The reservations whose GPUs the job may take: its own, and those it cannot delay."""
     res = session.reservations
-    if res is None or not res.holds:
+    if res is None or not res.held:
         return []
     level = entitlement(session, job)
     return [
@@ -295,9 +310,16 @@ def usable(session: Session, job: int) -> list[Hold]:
     ]
 
 
-def usable_gpus(session: Session, job: int) -> int:
-    """Milli-GPUs of the reservations the job may take."""
-    return sum(len(kept.devices) for kept in usable(session, job)) * MILLI
+def room_for(session: Session, job: int) -> bool:
+    """Whether the free GPUs and those of the reservations the job may take add up to its need."""
+    need = session.needs[job]
+    free = session.cluster.free_total
+    if free >= need:
+        return True
+    res = session.reservations
+    if res is None or free + len(res.held) * MILLI < need:
+        return False
+    return free + sum(len(kept.devices) for kept in usable(session, job)) * MILLI >= need
 
 
 def with_reservations(session: Session, job: int, attempt: Callable[[], bool]) -> bool:
@@ -351,7 +373,7 @@ def explained(session: Session, job: int, free: int) -> tuple[str, str] | None:
     if kept is not None:
         own = free + len(kept.devices) * MILLI
         return (NO_FIT if session.needs[job] <= own else INSUFFICIENT_CAPACITY), reserved_sentence(session, kept)
-    reserved = sum(len(other.devices) for other in res.holds.values()) * MILLI
+    reserved = len(res.held) * MILLI
     need = session.needs[job]
     if reserved == 0 or need > free + reserved:
         return None
