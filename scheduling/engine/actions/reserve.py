@@ -61,7 +61,8 @@ class Reservations:
     held: set[tuple[int, int]] = field(default_factory=set)  # (node, device) kept for a hold
     # When each busy device frees, from the jobs on it; built at the first hold of the cycle and
     # brought up to date with the admissions decided since (`decisions_seen`).
-    ends: dict[tuple[int, int], float] = field(default_factory=dict)
+    # ends[node][device]: None where nothing known frees it (promised, held outside, reserved)
+    ends: list[list[float | None]] = field(default_factory=list)
     decisions_seen: int = -1
     known_ends: bool = False
     # Shapes that found no room on reservations this cycle: (leaf, level, replica, count, duration)
@@ -102,6 +103,7 @@ def hold(session: Session, job: int) -> None:
     for pl in devices:
         cluster.adjust(pl, -1, 0.0, 0.0)
         res.held.add((pl[0], pl[1][0]))
+        res.ends[pl[0]][pl[1][0]] = None  # kept for this gang: free to no other reservation
     nodes = tuple(sorted({node for node, _ in replicas}))
     res.holds[job] = Hold(job, devices, nodes, start, entitlement(session, job), leaf)
 
@@ -166,6 +168,7 @@ def hold_head(session: Session, job: int) -> None:
 def update_ends(session: Session, res: Reservations) -> None:
     """When each busy device frees: the latest expected end of the jobs on it."""
     if res.decisions_seen < 0:
+        res.ends = [[None] * g for g in session.cluster.gpus]
         for job, now_state in enumerate(session.state):
             if now_state == RUNNING:
                 note_ends(session, res, job, session.placements[job])
@@ -173,7 +176,7 @@ def update_ends(session: Session, res: Reservations) -> None:
                 # promised to the job it was evicted for, which then holds it for its own time
                 for node, devices, _ in session.held[job]:
                     for d in devices:
-                        res.ends[(node, d)] = UNKNOWN
+                        res.ends[node][d] = UNKNOWN
         res.decisions_seen = 0
     decisions = session.decisions
     for entry in decisions[res.decisions_seen :]:
@@ -192,47 +195,56 @@ def note_ends(session: Session, res: Reservations, job: int, placements: tuple[P
         res.known_ends = True
     ends = res.ends
     for node, devices, _ in placements:
+        row = ends[node]
         for d in devices:
-            if ends.get((node, d), -1.0) < end:
-                ends[(node, d)] = end
+            if 0 <= d < len(row) and (row[d] or -1.0) < end:
+                row[d] = end
 
 
 Replicas = list[tuple[int, list[int]]]  # (node, its devices) per replica of the gang
 
 
+def frees_at(now: float, free: list[int], row: list[float | None]) -> list[tuple[float, int]]:
+    """(when it frees, device) for the devices of one node that free at a known or unknown time."""
+    out: list[tuple[float, int]] = []
+    for d, milli in enumerate(free):
+        if milli >= MILLI:
+            out.append((now, d))
+        else:
+            end = row[d]
+            if end is not None:
+                out.append((end, d))
+    out.sort()
+    return out
+
+
 def soonest_fit(session: Session, res: Reservations, job: int) -> tuple[float, Replicas] | None:
-    """The earliest time the whole gang fits, and where: devices in order of when they free."""
+    """The earliest time the whole gang fits, and where: on each node, a replica is ready when
+    its `width`-th device (in order of when they free) is; the gang takes the earliest replicas."""
     cluster = session.cluster
     width = session.replica_milli[job] // MILLI
     count = session.admit_count[job]
     now = session.now
+    ready = cluster.ready
     ends = res.ends
-    held = res.held
-    frees: list[tuple[float, int, int]] = []
+    replicas_at: list[tuple[float, int]] = []
     for node, free in enumerate(cluster.dev_free):
-        if not cluster.ready[node] or cluster.gpus[node] < width:
+        if not ready[node] or len(free) < width:
             continue
-        for d, milli in enumerate(free):
-            if (node, d) in held:
-                continue
-            if milli >= MILLI:
-                frees.append((now, node, d))
-            else:
-                end = ends.get((node, d))
-                if end is not None:  # None: promised to a beneficiary, or held outside the console
-                    frees.append((end, node, d))
-    frees.sort()
-    gathering: dict[int, list[int]] = {}
+        order = frees_at(now, free, ends[node])
+        replicas_at.extend((order[k][0], node) for k in range(width - 1, len(order), width))
+    if len(replicas_at) < count:
+        return None
+    replicas_at.sort()
+    chosen = replicas_at[:count]
+    per_node: dict[int, int] = {}
+    for _, node in chosen:
+        per_node[node] = per_node.get(node, 0) + 1
     replicas: Replicas = []
-    for end, node, d in frees:
-        devices = gathering.setdefault(node, [])
-        devices.append(d)
-        if len(devices) == width:
-            replicas.append((node, devices))
-            gathering[node] = []
-            if len(replicas) == count:
-                return end, replicas
-    return None
+    for node, many in per_node.items():
+        devices = [d for _, d in frees_at(now, cluster.dev_free[node], ends[node])[: many * width]]
+        replicas.extend((node, devices[k * width : (k + 1) * width]) for k in range(many))
+    return chosen[-1][0], replicas
 
 
 def emptiest_nodes(session: Session, res: Reservations, job: int) -> tuple[float, Replicas] | None:
@@ -249,7 +261,8 @@ def emptiest_nodes(session: Session, res: Reservations, job: int) -> tuple[float
                 continue
             seen.add(node)
             free = [d for d, milli in enumerate(cluster.dev_free[node]) if milli >= MILLI]
-            waiting = [d for d, milli in enumerate(cluster.dev_free[node]) if milli < MILLI and (node, d) in res.ends]
+            row = res.ends[node]
+            waiting = [d for d, milli in enumerate(cluster.dev_free[node]) if milli < MILLI and row[d] is not None]
             devices = free + waiting
             while len(devices) >= width and len(replicas) < count:
                 replicas.append((node, devices[:width]))
@@ -378,7 +391,12 @@ def explained(session: Session, job: int, free: int) -> tuple[str, str] | None:
     if reserved == 0 or need > free + reserved:
         return None
     first = next(other for other in res.holds.values() if other.devices)
-    return BEHIND_RESERVATION, behind_sentence(session, job, first, reserved, free)
+    # one sentence per reservation and job shape: a full pool has thousands of jobs behind one
+    key = (BEHIND_RESERVATION, first.job, need, session.jobs[job].duration, reserved, free)
+    message = session.messages.get(key)
+    if message is None:
+        message = session.messages[key] = behind_sentence(session, job, first, reserved, free)
+    return BEHIND_RESERVATION, message
 
 
 def node_list(session: Session, nodes: tuple[int, ...]) -> str:
