@@ -14,7 +14,7 @@ these arrays and primitives.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from scheduling.engine.cluster import Cluster, Journal, Placement
 from scheduling.engine.fairshare import (
@@ -27,6 +27,7 @@ from scheduling.engine.fairshare import (
     job_replica_milli,
     subtree_requests,
 )
+from scheduling.engine.reservations import Reservations
 from scheduling.engine.types import (
     EXCEEDS_CLUSTER,
     GUARANTEED_ONLY,
@@ -41,9 +42,6 @@ from scheduling.engine.types import (
     Job,
     Snapshot,
 )
-
-if TYPE_CHECKING:
-    from scheduling.engine.actions.reserve import Reservations
 
 # A job's refusal: a reason code and the figures its sentence quotes (see `explain`).
 Refusal = tuple[str, tuple[Any, ...]]

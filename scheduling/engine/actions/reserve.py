@@ -26,48 +26,15 @@ their jobs end.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from scheduling.engine import bounds
 from scheduling.engine.cluster import Placement
 from scheduling.engine.fairshare import MILLI
 from scheduling.engine.policies import gpu_count, gpus
+from scheduling.engine.reservations import UNKNOWN, Hold, Reservations
 from scheduling.engine.session import Session
 from scheduling.engine.types import BEHIND_RESERVATION, INSUFFICIENT_CAPACITY, NO_FIT, PENDING, RELEASING, RUNNING
-
-UNKNOWN = math.inf  # a device whose holder has no expected end
-
-
-@dataclass(slots=True)
-class Hold:
-    """One reservation: the free devices kept for `job`, on the nodes it will start on."""
-
-    job: int
-    devices: list[Placement]
-    nodes: tuple[int, ...]
-    start: float  # expected start; UNKNOWN when a device it waits for has no expected end
-    level: int  # the reserved job's entitlement (`entitlement`) when it was made
-    leaf: int
-
-
-@dataclass(slots=True)
-class Reservations:
-    """A cycle's reservations, in the order they were made (the order quotas were served)."""
-
-    holds: dict[int, Hold] = field(default_factory=dict)
-    leaves: set[int] = field(default_factory=set)
-    held: set[tuple[int, int]] = field(default_factory=set)  # (node, device) kept for a hold
-    # When each busy device frees, from the jobs on it; built at the first hold of the cycle and
-    # brought up to date with the admissions decided since (`decisions_seen`).
-    # ends[node][device]: None where nothing known frees it (promised, held outside, reserved)
-    ends: list[list[float | None]] = field(default_factory=list)
-    decisions_seen: int = -1
-    known_ends: bool = False
-    # Shapes that found no room on reservations this cycle: (leaf, level, replica, count, duration)
-    failed_backfill: list[tuple[int, int, int, int, float]] = field(default_factory=list)
-    pending_durations: bool | None = None  # whether a pending job has a known duration (`open_to`)
 
 
 def reservations(session: Session) -> Reservations:
