@@ -277,6 +277,9 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TIMEZONE = TIME_ZONE
 # The safety-net cycle interval; event triggers do the real work.
 SCHEDULER_BEAT_SECONDS: float = env.float("SCHEDULER_BEAT_SECONDS", default=5.0)
+# The beat skips its cycle while nothing changed (scheduling.changes), but runs one at least
+# every this many beats whatever was recorded: the safety net for a change nobody recorded.
+SCHEDULER_FULL_CYCLE_BEATS: int = env.int("SCHEDULER_FULL_CYCLE_BEATS", default=12)
 # The Celery worker's niceness (console/celery.py): 0 runs it level with the web processes.
 WORKER_NICENESS: int = env.int("WORKER_NICENESS", default=5)
 # Allocation history (scheduling.history): a sample per quota whose figures a cycle changed,

@@ -56,6 +56,9 @@ NodeMoveGuard = Callable[[Node], str | None]
 NodeShrinkGuard = Callable[[Node, int], str | None]
 # Waits for the scheduler's commit in flight and holds the next back (scheduling.providers).
 CommitTurn = Callable[[], None]
+# Records, in the writer's transaction, that something the scheduler reads changed (why, e.g.
+# "quota.scale"): the beat's cycle runs only after such a change (scheduling.changes).
+ChangeRecorder = Callable[[str], None]
 # Narrows a queryset of quotas to those the user may see.
 QuotaVisibility = Callable[[QuerySet[Quota], AbstractBaseUser | AnonymousUser | None], QuerySet[Quota]]
 
@@ -135,6 +138,20 @@ def register_node_shrink_guard(guard: NodeShrinkGuard) -> None:
 def register_commit_turn(turn: CommitTurn) -> None:
     global _commit_turn
     _commit_turn = turn
+
+
+_change_recorder: ChangeRecorder | None = None
+
+
+def register_change_recorder(recorder: ChangeRecorder) -> None:
+    global _change_recorder
+    _change_recorder = recorder
+
+
+def record_change(reason: str) -> None:
+    """Called inside the transaction of every quota, pool or node write the scheduler reads."""
+    if _change_recorder is not None:
+        _change_recorder(reason)
 
 
 def take_commit_turn() -> None:

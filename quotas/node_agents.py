@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from quotas import audit
+from quotas import audit, hooks
 from quotas.models import GpuDevice, Installation, Node, NodeAgent, NodeState
 from quotas.services import Actor, _require_platform_admin
 
@@ -254,6 +254,7 @@ def mark_lost(*, node_ids: Sequence[int], now: datetime, silent_seconds: float) 
         if not lost:
             return []
         Node.objects.filter(pk__in=[n.pk for n in lost]).update(state=NodeState.NOT_READY)
+        hooks.record_change("node.lost")
         NodeAgent.objects.filter(node_id__in=[n.pk for n in lost]).update(lost_at=now)
         audit.record_all(
             [

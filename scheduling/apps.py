@@ -31,7 +31,7 @@ class SchedulingConfig(AppConfig):
     def ready(self) -> None:
         # The quotas app sends these after commit and shows figures only the scheduler knows.
         from quotas import hooks, signals
-        from scheduling import cycle, providers, tasks, triggers
+        from scheduling import changes, cycle, providers, tasks, triggers
 
         signals.quota_tree_changed.connect(_quota_tree_changed, dispatch_uid="scheduling-quota-tree-changed")
         signals.inventory_changed.connect(_inventory_changed, dispatch_uid="scheduling-inventory-changed")
@@ -46,6 +46,7 @@ class SchedulingConfig(AppConfig):
         )
         hooks.register_status_provider(providers.quota_status)
         hooks.register_preview_provider(providers.preview)
+        hooks.register_change_recorder(changes.note)
         if hasattr(hooks, "register_quota_delete_guard"):
             hooks.register_quota_delete_guard(providers.quota_delete_guard)
             hooks.register_node_delete_guard(providers.node_delete_guard)

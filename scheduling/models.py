@@ -214,9 +214,28 @@ class SchedulerFence(models.Model):
     token = models.BigIntegerField(default=0)
     generation = models.BigIntegerField(default=0)
     committed_at = models.DateTimeField(null=True, blank=True)
+    # When a rule that depends on the clock alone (a running job's min_runtime_seconds running
+    # out while jobs wait) may change the last committed decisions: the beat runs a cycle then
+    # even though no change was recorded (scheduling.changes).
+    wake_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"fence token={self.token} generation={self.generation}"
+
+
+class SchedulingChange(models.Model):
+    """A write that can change the scheduler's decisions, not yet seen by a committed cycle.
+
+    Inserted in the same transaction as the write (scheduling.changes.note); a committed cycle
+    deletes the rows it read before its snapshot. Rows rather than one counter row: concurrent
+    writers on PostgreSQL insert side by side instead of queueing on one row's lock, and a row
+    that commits late (after a cycle read the others) is still there for the next beat.
+    """
+
+    reason = models.CharField(max_length=64, blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"change {self.pk} ({self.reason})"
 
 
 class AgentProcessState(models.TextChoices):

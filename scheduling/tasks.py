@@ -11,7 +11,7 @@ from typing import Any
 
 from celery import shared_task
 
-from scheduling import triggers
+from scheduling import changes, triggers
 from scheduling.clock import get_clock
 from scheduling.cycle import run_cycle
 from scheduling.executors import get_executor
@@ -21,6 +21,8 @@ logger = logging.getLogger(__name__)
 
 @shared_task(name="scheduling.tasks.run_scheduling_cycle", ignore_result=True)
 def run_scheduling_cycle(trigger: str = "event") -> dict[str, Any]:
+    if trigger == "beat" and changes.nothing_to_do(get_clock().now()):
+        return {"ran": False, "committed": False, "trigger": trigger, "refused": "unchanged"}
     triggers.clear_request()
     outcome = run_cycle(trigger=trigger)
     if not outcome.ran:

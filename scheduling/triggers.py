@@ -26,6 +26,7 @@ from typing import Final
 from django.conf import settings
 from django.db import transaction
 
+from scheduling import changes
 from scheduling.lock import redis_client, redis_prefix
 
 logger = logging.getLogger(__name__)
@@ -71,7 +72,9 @@ def requested_key() -> str:
 
 
 def request_cycle_on_commit(reason: str) -> None:
-    """What services call: the cycle must see the committed change, so it is asked for after commit."""
+    """What services call: the change is recorded in the caller's transaction (the beat's cycle
+    runs only after one, scheduling.changes), and the cycle asked for after commit, to see it."""
+    changes.note(reason)
     transaction.on_commit(partial(request_cycle, reason))
 
 

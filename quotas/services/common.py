@@ -13,7 +13,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
 
-from quotas import audit, bounds
+from quotas import audit, bounds, hooks
 from quotas.models import Node, Quota, ResourcePool
 
 Actor = AbstractBaseUser | AnonymousUser | None
@@ -89,6 +89,9 @@ def _lock_pool(pool_id: int) -> ResourcePool:
 
 
 def _on_commit_send(signal: Any, sender: type, **kwargs: Any) -> None:
+    # Recorded now, in the write's own transaction: the signal comes only after the commit, and a
+    # process killed in between would leave the change unseen until the beat's next full cycle.
+    hooks.record_change(str(kwargs.get("action", "changed")))
     transaction.on_commit(lambda: signal.send(sender=sender, **kwargs))
 
 

@@ -11,7 +11,7 @@ from typing import Any, TypedDict, Unpack
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from quotas import audit, bounds
+from quotas import audit, bounds, hooks
 from quotas.models import Node, PlacementPolicy, Quota, ResourcePool
 from quotas.services.common import Actor, _lock_pool, _require_platform_admin
 from quotas.services.errors import _Errors
@@ -113,6 +113,7 @@ def update_pool(*, actor: Actor, pool: ResourcePool, **changes: Unpack[PoolChang
         changed_fields = [field for field in POOL_FIELDS if before[field] != after[field]]
         if changed_fields:
             _save_pool(current)
+            hooks.record_change("pool.update")  # its placement policy decides where jobs go
             audit.record(
                 actor=actor,
                 action="pool.update",

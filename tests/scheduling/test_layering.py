@@ -24,7 +24,20 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("engine", frozenset({"engine"})),
     (
         "infrastructure",
-        frozenset({"models", "migrations", "clock", "lock", "bulk", "beat", "history", "gc_pauses", "job_environment"}),
+        frozenset(
+            {
+                "models",
+                "migrations",
+                "clock",
+                "lock",
+                "bulk",
+                "beat",
+                "history",
+                "gc_pauses",
+                "job_environment",
+                "changes",
+            }
+        ),
     ),
     ("lifecycle", frozenset({"lifecycle"})),
     (
