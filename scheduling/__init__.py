@@ -2,7 +2,8 @@
 
 - `engine/`: the scheduler itself, plain Python; it imports only itself and the standard library.
 - `models`, `clock`, `lock`, `bulk`, `beat`, `history`, `gc_pauses`: data and infrastructure;
-  `job_environment`: the rules of a job's environment and image (plain Python, over quotas.bounds).
+  `job_environment`: the rules of a job's environment and image (plain Python, over quotas.bounds);
+  `changes`: whether anything changed since the last commit (the beat's cycle skips otherwise).
 - `lifecycle`: a job's state transitions. `selectors`, `estimates`, `usage`, `agent_selectors`: reads,
   shared by pages, API and consumers; `snapshot` (the cycle's), `quota_figures`, `metrics_reads`,
   `holders`, `invariants`, `estimate_base` (the estimate's snapshot): reads split out of `selectors`,
