@@ -148,9 +148,9 @@ def act_on(outcome: CycleOutcome) -> int:
     if outcome.admitted_ids or outcome.evicted_ids:
         jobs = {job.pk: job for job in Job.objects.filter(pk__in=[*outcome.admitted_ids, *outcome.evicted_ids])}
         executor.on_admitted_many([jobs[job_id] for job_id in outcome.admitted_ids if job_id in jobs])
-        for job_id in outcome.evicted_ids:
-            if job_id in jobs:
-                executor.on_evicted(jobs[job_id])
+        evicted = [jobs[job_id] for job_id in outcome.evicted_ids if job_id in jobs]
+        if evicted:
+            executor.on_evicted_many(evicted)
     return executor.tick(get_clock().now())
 
 

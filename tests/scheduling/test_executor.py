@@ -144,3 +144,18 @@ def test_a_commits_admissions_get_their_started_events_in_one_insert(settings: A
         assert set(started.values_list("message", flat=True)) == {"1 replica(s) started (simulated)"}
         SimulatedExecutor().on_admitted(jobs[1])
         assert JobEvent.objects.filter(kind="started", job=jobs[1]).count() == 2
+
+
+def test_the_jobs_one_commit_evicts_are_routed_to_their_executors_in_one_read_however_many() -> None:
+    clock = SimulatedClock(datetime(2025, 1, 1, tzinfo=UTC))
+    with use_clock(clock):
+        _running_cluster(clock)
+        running = list(Job.objects.filter(state=JobState.RUNNING))
+        executor = get_executor()
+
+        def queries_to_evict(jobs: list[Job]) -> int:
+            with CaptureQueriesContext(connection) as queries:
+                executor.on_evicted_many(jobs)
+            return len(queries)
+
+        assert queries_to_evict(running[:1]) == queries_to_evict(running) == 1
