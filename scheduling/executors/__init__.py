@@ -79,7 +79,7 @@ class PerNodeExecutor:
         return self.default.tick(now) + sum(executor.tick(now) for executor in self.by_node_executor.values())
 
 
-def get_executor(name: str | None = None) -> Executor:
+def get_executor(name: str | None = None) -> PerNodeExecutor:
     chosen = name or str(getattr(settings, "SCHEDULER_EXECUTOR", "simulated"))
     if chosen not in _REGISTRY:
         raise ValueError(f"SCHEDULER_EXECUTOR {chosen!r} is unknown; known executors: {', '.join(executor_names())}")
