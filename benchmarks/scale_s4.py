@@ -365,6 +365,7 @@ def main() -> None:
     parser.add_argument("--throughput-scale", type=int, default=0)
     parser.add_argument("--memory-cap", type=int, default=3_000_000_000, help="bytes of address space per process")
     parser.add_argument("--skip-engine", action="store_true")
+    parser.add_argument("--save", type=Path, help="write the raw figures here as JSON")
     parser.add_argument("--seed-only", action="store_true", help="write the template databases and stop")
     parser.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -405,6 +406,10 @@ def main() -> None:
     cycles = {}
     if args.postgres:
         cycles = cycle_rows(trees, scales, args.postgres, args.memory_cap, running=True, prefix=args.db_prefix)
+    if args.save:  # the raw figures, for the record
+        rows = {"engine": engine, "cycles": cycles}
+        flat = {part: {f"{label} {scale}": row for (label, scale), row in got.items()} for part, got in rows.items()}
+        args.save.write_text(json.dumps(flat, indent=1))
     report(engine, cycles, list(trees), scales)
     if args.postgres and args.throughput_scale:
         throughput(trees, args.throughput_scale, args.postgres, args.memory_cap, args.db_prefix)
