@@ -240,17 +240,22 @@ def run_child(tree: Path, cap: int, *args: str) -> dict[str, Any]:
     return answer
 
 
-def engine_rows(trees: dict[str, Path], scales: list[int], reps: int, cap: int) -> dict[tuple[str, int], Any]:
+def engine_rows(
+    trees: dict[str, Path], scales: list[int], reps: int, cap: int, *, rounds: int, traced_before: bool
+) -> dict[tuple[str, int], Any]:
     rows: dict[tuple[str, int], Any] = {}
     for scale in scales:
-        for round_number in range(2):  # A B, then B A: neither tree always runs first
-            order = list(trees) if round_number == 0 else list(reversed(trees))
+        for round_number in range(rounds):  # A B, then B A: neither tree always runs first
+            order = list(trees) if round_number % 2 == 0 else list(reversed(trees))
             for label in order:
                 got = run_child(trees[label], cap, "--child", "engine", "--scale", str(scale), "--reps", str(reps))
                 if round_number == 0:
-                    got_traced = run_child(trees[label], cap, "--child", "traced", "--scale", str(scale))
-                    got["cycle_traced_mb"] = got_traced["cycle_traced_mb"]
-                    got["calls"] = got_traced["calls"]
+                    # The allocations and calls of one cycle: of this tree only when the machine is
+                    # short of time (`--traced-before` adds the tree before).
+                    if label != "before" or traced_before:
+                        got_traced = run_child(trees[label], cap, "--child", "traced", "--scale", str(scale))
+                        got["cycle_traced_mb"] = got_traced["cycle_traced_mb"]
+                        got["calls"] = got_traced["calls"]
                     rows[(label, scale)] = got
                 else:
                     kept = rows[(label, scale)]
@@ -321,12 +326,12 @@ def report(
             if row is None:
                 continue
             cpu = statistics.median(row["cpu"])
-            calls = row["calls"] / 1e6
+            calls = row.get("calls", 0) / 1e6
             print(
                 f"| {scale}× | {label} | {row['nodes']:,} / {row['quotas']:,} / {row['jobs']:,} "
                 f"| {_ratio(cpu, ENGINE_TARGET_S)} | {cpu / scale:.3f} | {calls:.2f} ({calls / scale:.2f}) "
                 f"| {row['peak_rss_mb']:.0f} ({row['peak_rss_mb'] / MEMORY_TARGET_MB:.2f}) "
-                f"| {row['cycle_traced_mb']:.0f} | {row['decisions']} ({row['admitted']} admitted) |"
+                f"| {row.get('cycle_traced_mb', 0):.0f} | {row['decisions']} ({row['admitted']} admitted) |"
             )
     if cycles:
         print(
@@ -365,6 +370,8 @@ def main() -> None:
     parser.add_argument("--throughput-scale", type=int, default=0)
     parser.add_argument("--memory-cap", type=int, default=3_000_000_000, help="bytes of address space per process")
     parser.add_argument("--skip-engine", action="store_true")
+    parser.add_argument("--rounds", type=int, default=2, help="processes per tree and size, alternating the order")
+    parser.add_argument("--traced-before", action="store_true", help="allocations and calls of the tree before too")
     parser.add_argument("--save", type=Path, help="write the raw figures here as JSON")
     parser.add_argument("--seed-only", action="store_true", help="write the template databases and stop")
     parser.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
@@ -402,7 +409,13 @@ def main() -> None:
     trees = {"before": args.before.resolve(), "after": HERE} if args.before else {"this": HERE}
     load = Path("/proc/loadavg").read_text().split()[0]
     print(f"Python {sys.version.split()[0]}; load average {load} at the start", file=sys.stderr)
-    engine = {} if args.skip_engine else engine_rows(trees, scales, args.reps, args.memory_cap)
+    engine = (
+        {}
+        if args.skip_engine
+        else engine_rows(
+            trees, scales, args.reps, args.memory_cap, rounds=args.rounds, traced_before=args.traced_before
+        )
+    )
     cycles = {}
     if args.postgres:
         cycles = cycle_rows(trees, scales, args.postgres, args.memory_cap, running=True, prefix=args.db_prefix)
