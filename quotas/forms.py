@@ -47,14 +47,52 @@ class _AmountsForm(forms.Form):
 NO_GUARANTEE = "0 is allowed: with no guarantee and no weight this quota only gets GPUs that nobody else wants."
 
 
+# CPU and memory are managed in a pool whose root quotas set them (SCHEDULING.md "Managed resources").
+MANAGED_HELP = "Empty: none. Setting it on a root quota makes its pool manage {what}; a child needs its parent's."
+LIMIT_HELP = "Empty: no limit. Only in a pool that manages {what}."
+
+
+def _cpu_memory_guarantees() -> dict[str, forms.FloatField]:
+    return {
+        "cpu": _amount_field(
+            "Guaranteed CPU cores",
+            maximum=bounds.QUOTA_CPU_MAX,
+            required=False,
+            help_text=MANAGED_HELP.format(what="CPU"),
+        ),
+        "memory_gib": _amount_field(
+            "Guaranteed memory (GiB)",
+            maximum=bounds.QUOTA_MEMORY_GIB_MAX,
+            required=False,
+            help_text=MANAGED_HELP.format(what="memory"),
+        ),
+    }
+
+
+def _cpu_memory_limits() -> dict[str, forms.FloatField]:
+    return {
+        "cpu_limit": _amount_field(
+            "CPU limit (cores)", maximum=bounds.QUOTA_CPU_MAX, required=False, help_text=LIMIT_HELP.format(what="CPU")
+        ),
+        "memory_gib_limit": _amount_field(
+            "Memory limit (GiB)",
+            maximum=bounds.QUOTA_MEMORY_GIB_MAX,
+            required=False,
+            help_text=LIMIT_HELP.format(what="memory"),
+        ),
+    }
+
+
 class QuotaSettingsForm(_AmountsForm):
-    """The settings of New quota, New child quota and Edit (Edit leaves the guarantee to Scale)."""
+    """The settings of New quota, New child quota and Edit (Edit leaves the guarantees to Scale)."""
 
     name = forms.CharField(label="Name", max_length=bounds.NAME_MAX_LENGTH)
     gpus = _amount_field("Guaranteed GPUs", maximum=bounds.QUOTA_GPUS_MAX, help_text=NO_GUARANTEE)
     limit = _amount_field(
         "GPU limit", maximum=bounds.QUOTA_GPUS_MAX, required=False, help_text="Empty: no limit beyond the pool."
     )
+    cpu, memory_gib = _cpu_memory_guarantees().values()
+    cpu_limit, memory_gib_limit = _cpu_memory_limits().values()
     weight = _amount_field(
         "Over-quota weight",
         maximum=bounds.QUOTA_WEIGHT_MAX,
@@ -75,11 +113,17 @@ class QuotaSettingsForm(_AmountsForm):
 class EditQuotaForm(QuotaSettingsForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        del self.fields["gpus"]
+        for guarantee in ("gpus", "cpu", "memory_gib"):
+            del self.fields[guarantee]
 
 
 class ScaleForm(_AmountsForm):
+    """New guarantees, and the CPU and memory limits beside them, so that both move in one step
+    (a guarantee above its limit is refused)."""
+
     gpus = _amount_field("New guaranteed GPUs", maximum=bounds.QUOTA_GPUS_MAX, help_text=NO_GUARANTEE)
+    cpu, memory_gib = _cpu_memory_guarantees().values()
+    cpu_limit, memory_gib_limit = _cpu_memory_limits().values()
 
 
 class TransferForm(_AmountsForm):

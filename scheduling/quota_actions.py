@@ -116,8 +116,31 @@ def _jobs_covering(quota_ids: list[int], gpus: float) -> list[str]:
 
 
 def _settings(cleaned: Mapping[str, Any]) -> dict[str, Any]:
-    fields = ("limit", "weight", "child_preemption", "same_level_preemption", "queue_policy")
+    fields = (
+        "limit",
+        "cpu_limit",
+        "memory_gib_limit",
+        "weight",
+        "child_preemption",
+        "same_level_preemption",
+        "queue_policy",
+    )
     return {field: cleaned[field] for field in fields}
+
+
+_SCALED = ("cpu", "memory_gib", "cpu_limit", "memory_gib_limit")
+
+
+def _scale_changes(quota: Quota, cleaned: Mapping[str, Any]) -> tuple[bool, dict[str, Any]]:
+    """What Scale changes: the GPUs always (a scale records even when equal), and each CPU or
+    memory field whose value differs from the quota's (empty: none). Whether it is a plain scale:
+    only guarantees, none unset, which scale_quota records as `quota.scale`; otherwise one
+    update_quota moves guarantees and limits at once (a guarantee above its old limit would
+    otherwise be refused)."""
+    changes: dict[str, Any] = {"gpus": cleaned["gpus"]}
+    changes.update({field: cleaned[field] for field in _SCALED if cleaned[field] != getattr(quota, field)})
+    plain = all(field in ("gpus", "cpu", "memory_gib") and value is not None for field, value in changes.items())
+    return plain, changes
 
 
 def _create(request: HttpRequest, parent: Quota | None) -> HttpResponse:
@@ -125,7 +148,14 @@ def _create(request: HttpRequest, parent: Quota | None) -> HttpResponse:
     url = reverse("quota-new-child", args=[parent.pk]) if parent else reverse("quota-new")
 
     def new_quota(cleaned: Mapping[str, Any]) -> dict[str, Any]:
-        fields = {"name": cleaned["name"], "parent": parent, "gpus": cleaned["gpus"], **_settings(cleaned)}
+        fields = {
+            "name": cleaned["name"],
+            "parent": parent,
+            "gpus": cleaned["gpus"],
+            "cpu": cleaned["cpu"],
+            "memory_gib": cleaned["memory_gib"],
+            **_settings(cleaned),
+        }
         if cleaned.get("pool") is not None:  # a root's pool; none chosen: the default pool
             fields["pool"] = cleaned["pool"]
         return fields
@@ -161,14 +191,27 @@ def quota_new_child(request: HttpRequest, quota: Quota) -> HttpResponse:
 
 @_admin_action
 def quota_scale(request: HttpRequest, quota: Quota) -> HttpResponse:
+    def preview(cleaned: Mapping[str, Any]) -> services.DryRunResult:
+        plain, changes = _scale_changes(quota, cleaned)
+        if plain:
+            return services.preview_scale_quota(actor=request.user, quota=quota, **changes)
+        return services.preview_update_quota(actor=request.user, quota=quota, **changes)
+
+    def apply(cleaned: Mapping[str, Any]) -> Quota:
+        plain, changes = _scale_changes(quota, cleaned)
+        if plain:
+            return services.scale_quota(actor=request.user, quota=quota, **changes)
+        return services.update_quota(actor=request.user, quota=quota, **changes)
+
+    initial = {field: getattr(quota, field) for field in ("gpus", *_SCALED)}
     action = PreviewAction(
         title=f"Scale {quota.name}",
         intro=f"{quota.name} guarantees {bounds.readable(quota.gpus)} GPUs now.",
         url=reverse("quota-scale", args=[quota.pk]),
         done_url=reverse("resource-quotas"),
-        form=quota_forms.ScaleForm(request.POST or None, initial={"gpus": quota.gpus}),
-        preview=lambda cleaned: services.preview_scale_quota(actor=request.user, quota=quota, gpus=cleaned["gpus"]),
-        apply=lambda cleaned: services.scale_quota(actor=request.user, quota=quota, gpus=cleaned["gpus"]),
+        form=quota_forms.ScaleForm(request.POST or None, initial=initial),
+        preview=preview,
+        apply=apply,
         summarise=_summariser(quota.pool_id),
         done_message=lambda cleaned: f"Scaled {quota.name} to {bounds.readable(cleaned['gpus'])} GPUs.",
         confirm_label="Confirm: scale",
@@ -215,7 +258,16 @@ def quota_transfer(request: HttpRequest, quota: Quota) -> HttpResponse:
 def quota_edit(request: HttpRequest, quota: Quota) -> HttpResponse:
     initial = {
         field: getattr(quota, field)
-        for field in ("name", "limit", "weight", "child_preemption", "same_level_preemption", "queue_policy")
+        for field in (
+            "name",
+            "limit",
+            "cpu_limit",
+            "memory_gib_limit",
+            "weight",
+            "child_preemption",
+            "same_level_preemption",
+            "queue_policy",
+        )
     }
     action = PreviewAction(
         title=f"Edit {quota.name}",

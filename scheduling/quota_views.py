@@ -8,6 +8,7 @@ apps never import upwards (docs/console.md).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -44,6 +45,8 @@ def _visible_quota(request: HttpRequest, quota_id: int) -> Quota:
 
 
 QUOTA_VIEWS = (("list", "List"), ("overview", "Overview"))
+# The managed resources besides GPUs (SCHEDULING.md "Managed resources") and their columns' heads.
+MANAGED_COLUMNS = (("cpu", "CPU cores"), ("memory_gib", "Memory (GiB)"))
 
 
 @login_required
@@ -89,6 +92,8 @@ def resource_quotas(request: HttpRequest) -> HttpResponse:
         yours = {} if _is_platform_admin(request) else _visible_live_counts(request, rows)
         live = quota_charts.LIVE_MAX_TOPICS  # rows that follow their topic (a socket takes 250)
         shown = [{**row, "yours": yours.get(row["quota"].pk), "live": at < live} for at, row in enumerate(rows)]
+        # A column per managed resource besides GPUs, where any quota shown is in a pool that manages it.
+        resources = [(key, label) for key, label in MANAGED_COLUMNS if any(key in row["status"] for row in rows)]
         tree_rows = (
             engines["jinja2"]
             .get_template("scheduling/quotas/tree_rows.html")
@@ -98,13 +103,26 @@ def resource_quotas(request: HttpRequest) -> HttpResponse:
                     "parents": {row["quota"].parent_id for row in rows},
                     "may_change": context["may_change"],
                     "quota_base": context["quota_base"],
+                    "resources": resources,
                 }
             )
         )
         # Jinja2 escaped every value as it rendered (autoescape is on in Django's backend).
         more = live if len(shown) > live else None
-        context.update(rows=shown, query=query, tree_rows=mark_safe(tree_rows), live_rows=more)
+        context.update(rows=shown, query=query, tree_rows=mark_safe(tree_rows), live_rows=more, resources=resources)
     return render(request, "scheduling/quotas/resource_quotas.html", context)
+
+
+def _resource_settings(quota: Quota, status: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The quota page's CPU and memory lines: each resource the quota sets or its pool manages."""
+    shown = []
+    for key, label, unit in (("cpu", "CPU", "cores"), ("memory_gib", "Memory", "GiB")):
+        guaranteed, limit = getattr(quota, key), getattr(quota, f"{key}_limit")
+        if guaranteed is None and limit is None and key not in status:
+            continue
+        shown.append({"key": key, "label": label, "unit": unit, "guaranteed": guaranteed, "limit": limit})
+        shown[-1]["figures"] = status.get(key)
+    return shown
 
 
 def _visible_live_counts(request: HttpRequest, rows: list[Any]) -> dict[int, dict[str, int]]:
@@ -152,6 +170,7 @@ def quota_detail(request: HttpRequest, quota_id: int) -> HttpResponse:
             asked=scheduling_selectors.asked_gpus(quota_ids=selectors.subtree_ids(quota=quota)),
             children=list(selectors.visible_quotas(request.user).filter(parent=quota).order_by("id")),
             workspaces=workspace_selectors.bound_workspace_names(quota=quota),
+            resources=_resource_settings(quota, status),
         )
     elif tab == "jobs":
         # Its own jobs and its subtree's, live ones only, as far as the user may see them;
