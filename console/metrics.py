@@ -6,7 +6,10 @@ Kueue's names, with `gqc_` for `kueue_` and `cluster_queue` naming the quota:
 
 - `gqc_pending_workloads{cluster_queue}`, `gqc_admitted_active_workloads{cluster_queue}`;
 - `gqc_cluster_queue_nominal_quota`, `…_fair_share`, `…_resource_usage`, `…_borrowing`
-  (`{cluster_queue, resource="nvidia.com/gpu"}`, in GPUs; usage counts the quota's subtree);
+  (`{cluster_queue, resource}`; usage counts the quota's subtree). `resource` is Kubernetes'
+  resource name, as Kueue labels it: `nvidia.com/gpu` in GPUs for every quota, and, for the
+  quotas of pools that manage them (issue 24), `cpu` in cores and `memory` in bytes (Kueue's
+  unit for memory; the console's GiB × 2^30). The GPU series are unchanged;
 - `gqc_preempted_workloads_total{cluster_queue, reason}` (reason: the engine's rule);
 - `gqc_cycle_duration_seconds` and `gqc_admission_wait_time_seconds`, histograms.
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from collections.abc import Iterator
+from typing import cast
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -31,12 +35,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from quotas.hooks import ResourceFigures
 from scheduling import selectors
 from scheduling.clock import get_clock
 from scheduling.models import JobState
 from telemetry import selectors as telemetry_selectors
 
 GPU = "nvidia.com/gpu"
+# The managed resources besides GPUs: (status key, Kueue's resource name, factor to its unit).
+MANAGED = (("cpu", "cpu", 1.0), ("memory_gib", "memory", float(2**30)))
 
 
 class SchedulerCollector(Collector):
@@ -62,12 +69,15 @@ class SchedulerCollector(Collector):
         yield admitted
 
         labels = ["cluster_queue", "resource"]
-        nominal = GaugeMetricFamily("gqc_cluster_queue_nominal_quota", "The quota's guaranteed GPUs.", labels=labels)
-        fair = GaugeMetricFamily("gqc_cluster_queue_fair_share", "The quota's fair share of GPUs now.", labels=labels)
-        usage = GaugeMetricFamily("gqc_cluster_queue_resource_usage", "GPUs the quota's subtree holds.", labels=labels)
+        unit = " (GPUs; cpu: cores; memory: bytes)"
+        nominal = GaugeMetricFamily("gqc_cluster_queue_nominal_quota", f"The quota's guarantee{unit}.", labels=labels)
+        fair = GaugeMetricFamily("gqc_cluster_queue_fair_share", f"The quota's fair share now{unit}.", labels=labels)
+        usage = GaugeMetricFamily(
+            "gqc_cluster_queue_resource_usage", f"What the quota's subtree holds{unit}.", labels=labels
+        )
         borrowing = GaugeMetricFamily(
             "gqc_cluster_queue_borrowing",
-            "GPUs held beyond the guarantee (borrowed from idle quotas).",
+            f"What is held beyond the guarantee, borrowed from idle quotas{unit}.",
             labels=labels,
         )
         for quota, guaranteed, status in figures["quotas"]:
@@ -75,6 +85,14 @@ class SchedulerCollector(Collector):
             fair.add_metric([quota, GPU], status["fair_share"])
             usage.add_metric([quota, GPU], status["allocated"])
             borrowing.add_metric([quota, GPU], max(0.0, status["allocated"] - guaranteed))
+            for key, resource, factor in MANAGED:
+                managed = cast("ResourceFigures | None", status.get(key))
+                if managed is None:  # the quota's pool manages GPUs only
+                    continue
+                nominal.add_metric([quota, resource], managed["guaranteed"] * factor)
+                fair.add_metric([quota, resource], managed["fair_share"] * factor)
+                usage.add_metric([quota, resource], managed["allocated"] * factor)
+                borrowing.add_metric([quota, resource], max(0.0, managed["allocated"] - managed["guaranteed"]) * factor)
         yield from (nominal, fair, usage, borrowing)
 
         preempted = CounterMetricFamily(

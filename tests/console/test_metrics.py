@@ -127,3 +127,33 @@ def test_dcgm_shaped_gpu_metrics_from_the_latest_sample(pai_world: dict[str, Abs
     assert {s.labels["gpu"] for s in util.samples} == {str(index) for index in range(8)}
     memory = {(s.labels["node"], s.labels["gpu"]): s.value for s in used.samples}
     assert all(memory[(s.labels["node"], s.labels["gpu"])] >= 0.8 * 81920 for s in held)
+
+
+def test_quota_gauges_carry_cpu_and_memory_where_the_pool_manages_them(pai_world: dict[str, AbstractUser]) -> None:
+    """Kueue's resource names: `cpu` in cores, `memory` in bytes, beside `nvidia.com/gpu`."""
+    from quotas import services as quota_services
+    from quotas.models import Node
+
+    families = scrape()
+    resources = {s.labels["resource"] for s in families["gqc_cluster_queue_nominal_quota"].samples}
+    assert resources == {"nvidia.com/gpu"}  # a pool that manages GPUs only
+
+    for node in Node.objects.all():
+        quota_services.update_node(actor=None, node=node, cpu=64, memory_gib=512)
+    quota_services.update_quota(actor=None, quota=Quota.objects.get(name="Quota1"), cpu=128, memory_gib=1024)
+    team_c = Quota.objects.get(name="Quota1.2")
+    workspace = workspace_services.create_workspace(actor=None, name="workspace-c", quotas=[team_c])
+    job_services.submit_job(
+        actor=None, workspace=workspace, quota=team_c, name="prep", kind="training", gpus=1, cpu=16, memory_gib=64
+    )
+    job_services.converge()
+    families = scrape()
+
+    cpu, memory = {"resource": "cpu"}, {"resource": "memory"}
+    assert value(families, "gqc_cluster_queue_nominal_quota", cluster_queue="Quota1", **cpu) == 128
+    assert value(families, "gqc_cluster_queue_nominal_quota", cluster_queue="Quota1", **memory) == 1024 * 2**30
+    assert value(families, "gqc_cluster_queue_resource_usage", cluster_queue="Quota1", **cpu) == 16
+    # Quota1.2 guarantees no CPU of its own: all 16 cores it holds are borrowed.
+    assert value(families, "gqc_cluster_queue_borrowing", cluster_queue="Quota1.2", **cpu) == 16
+    assert value(families, "gqc_cluster_queue_resource_usage", cluster_queue="Quota1.2", **memory) == 64 * 2**30
+    assert value(families, "gqc_cluster_queue_nominal_quota", cluster_queue="Quota1.1", resource="nvidia.com/gpu") == 12
