@@ -19,7 +19,7 @@ from django.db import transaction
 
 from quotas import audit, bounds
 from quotas.models import Quota
-from scheduling import engine, job_environment, lifecycle, triggers
+from scheduling import bulk, engine, job_environment, lifecycle, triggers
 from scheduling.clock import get_clock
 from scheduling.gc_pauses import without_collector_pauses
 from scheduling.job_writes import Actor, _publish_on_commit
@@ -262,17 +262,21 @@ def _submit(actor: Actor, submissions: Sequence[JobSubmission], *, name_jobs: bo
             admission.admitted(job)
             jobs.append(job)
         Job.objects.bulk_create(jobs)
-        JobEvent.objects.bulk_create(
+        # One plain statement for the events (bulk.insert): a burst of 1,000 jobs spent longer
+        # in bulk_create's per-field preparation than in the database.
+        bulk.insert(
+            JobEvent,
+            ("job_id", "kind", "at", "message"),
             [
-                JobEvent(
-                    job_id=job.pk,
-                    kind=JobEventKind.SUBMITTED,
-                    at=now,
-                    message=f"{job.replicas} × {_number(job.gpus)} GPUs to {job.quota.name} in "
+                (
+                    job.pk,
+                    JobEventKind.SUBMITTED.value,
+                    now,
+                    f"{job.replicas} × {_number(job.gpus)} GPUs to {job.quota.name} in "
                     f"{job.workspace.name}, priority {job.priority}",
                 )
                 for job in jobs
-            ]
+            ],
         )
         audit.record_all(
             [
