@@ -72,17 +72,11 @@ def alone(base: Snapshot, pool: str) -> Snapshot:
     )
 
 
-def play_stream(base: Snapshot, jobs: tuple[Job, ...]) -> Snapshot:
-    """`play`, keeping the snapshot's pool placements (play rebuilds the snapshot from its fields)."""
-    final, _results = play(base, jobs)
-    return final
-
-
 @SETTINGS
 @given(pooled_cases())
 def test_no_job_runs_outside_its_pool_and_capacity_holds(case: tuple[Snapshot, tuple[Job, ...]]) -> None:
     base, jobs = case
-    final = play_stream(base, jobs)
+    final, _results = play(base, jobs)
     assert_capacity(final)
     node_pool = {node.name: node.pool for node in final.nodes}
     for job in final.jobs:
@@ -110,9 +104,9 @@ def bounds_out_of_reach() -> Iterator[None]:
 def test_each_pool_ends_as_it_would_alone(case: tuple[Snapshot, tuple[Job, ...]]) -> None:
     base, jobs = case
     with bounds_out_of_reach():
-        together = {job.id: job for job in play_stream(base, jobs).jobs}
+        together = {job.id: job for job in play(base, jobs)[0].jobs}
         alone_runs = {
-            pool: play_stream(alone(base, pool), tuple(job for job in jobs if pool_of(job.quota) == pool))
+            pool: play(alone(base, pool), tuple(job for job in jobs if pool_of(job.quota) == pool))[0]
             for pool, _placement in base.pool_placements
         }
     for pool, by_itself in alone_runs.items():
