@@ -14,6 +14,8 @@ from quotas import selectors as quota_selectors
 from quotas.hooks import QuotaStatus
 from quotas.models import Node, NodeState, Quota
 from scheduling.models import HOLDING_STATES, Job, JobState
+from workspaces.models import Workspace
+from workspaces.permissions import restrict
 
 
 def session_keys_of(user: AbstractBaseUser) -> list[str]:
@@ -33,6 +35,9 @@ def session_keys_of(user: AbstractBaseUser) -> list[str]:
 # ---- The dashboard's numbers, one read per role, each a fixed number of queries. ----
 
 DASHBOARD_QUOTAS_SHOWN = 20
+# Topics the Dashboard follows at most (roots for an admin, workspaces for a member): with the
+# quota rows' own, inside a socket's LIVE_MAX_SUBSCRIPTIONS (250).
+DASHBOARD_TOPICS = 100
 
 
 class ClusterFigures(TypedDict):
@@ -114,3 +119,14 @@ def member_figures(user: AbstractBaseUser) -> MemberFigures:
         quotas=[QuotaUsage(quota=quota, status=statuses[quota.pk]) for quota in shown],
         more_quotas=len(quotas) > DASHBOARD_QUOTAS_SHOWN,
     )
+
+
+def dashboard_topics(user: AbstractBaseUser) -> str:
+    """The live topics the Dashboard follows, space-separated (docs/live.md). A platform admin's:
+    `cluster` and the roots' quotas, as every job's change reaches its root quota's topic. A
+    member's: the workspaces they see, whose changes re-read their jobs."""
+    if getattr(user, "is_superuser", False):
+        roots = Quota.objects.filter(parent__isnull=True).order_by("id").values_list("pk", flat=True)
+        return " ".join(["cluster", *(f"quota:{pk}" for pk in roots[:DASHBOARD_TOPICS])])
+    workspaces = restrict(Workspace.objects.all(), user, "view").order_by("id").values_list("pk", flat=True)
+    return " ".join(f"workspace:{pk}" for pk in workspaces[:DASHBOARD_TOPICS])

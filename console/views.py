@@ -14,13 +14,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from console import health, selectors, services
-from quotas.models import Quota
-from workspaces.models import Workspace
-from workspaces.permissions import restrict, submittable_workspaces
-
-# Topics the Dashboard follows at most (roots for an admin, workspaces for a member): with the
-# quota rows' own, inside a socket's LIVE_MAX_SUBSCRIPTIONS (250).
-DASHBOARD_TOPICS = 100
+from workspaces.permissions import submittable_workspaces
 
 
 @never_cache
@@ -48,17 +42,13 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     if not isinstance(user, AbstractBaseUser):  # login_required lets no anonymous user through
         raise PermissionDenied
     part = request.GET.get("part")
+    live_topics = selectors.dashboard_topics(user)
     context: dict[str, object]
     if user.is_superuser:
-        # Every job's change reaches its root quota's topic; `cluster` brings each cycle's.
-        roots = Quota.objects.filter(parent__isnull=True).order_by("id").values_list("pk", flat=True)
-        topics = ["cluster", *(f"quota:{pk}" for pk in roots[:DASHBOARD_TOPICS])]
-        context = {"cluster": selectors.cluster_figures(), "live_topics": " ".join(topics)}
+        context = {"cluster": selectors.cluster_figures(), "live_topics": live_topics}
         if part == "cluster":
             return render(request, "console/dashboard_cluster.html", context)
     else:
-        workspaces = restrict(Workspace.objects.all(), user, "view").order_by("id").values_list("pk", flat=True)
-        live_topics = " ".join(f"workspace:{pk}" for pk in workspaces[:DASHBOARD_TOPICS])
         if part == "my-jobs":
             by_state = selectors.member_jobs_by_state(user)
             mine = {"jobs_by_state": by_state, "jobs_total": sum(count for _label, count in by_state)}
