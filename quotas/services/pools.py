@@ -15,6 +15,7 @@ from quotas import audit, bounds, hooks
 from quotas.models import Node, PlacementPolicy, Quota, ResourcePool
 from quotas.services.common import Actor, _lock_pool, _require_platform_admin
 from quotas.services.errors import _Errors
+from quotas.services.rules import check_name
 
 POOL_FIELDS = ("name", "placement", "description")
 # How many names a refusal lists before it says "and N more".
@@ -40,14 +41,7 @@ def named(names: list[str]) -> str:
 
 def _check_pool(pool: ResourcePool, errors: _Errors) -> None:
     name = pool.name
-    if not isinstance(name, str) or not name.strip():
-        errors.add("name", "A pool needs a name.")
-    elif len(name) > bounds.NAME_MAX_LENGTH:
-        errors.add(
-            "name", f"A pool name has at most {bounds.NAME_MAX_LENGTH} characters; {name[:20]}… has {len(name)}."
-        )
-    elif name != name.strip():
-        errors.add("name", f"The name {name!r} has spaces at its ends.")
+    check_name(name, "pool", errors)
     if pool.placement not in PlacementPolicy.values:
         errors.add("placement", f"placement {pool.placement!r} is not one of {', '.join(PlacementPolicy.values)}.")
     if not isinstance(pool.description, str):

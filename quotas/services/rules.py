@@ -228,17 +228,22 @@ class _Tree:
                 )
 
 
-def _check_row(quota: Quota, errors: _Errors) -> None:
-    """The rules of one quota on its own: a name, amounts ≥ 0, limit ≥ gpus, a known queue policy."""
-    name = quota.name
+def check_name(name: object, kind: str, errors: _Errors) -> None:
+    """The rules of a quota's or a pool's name (`kind`): present, bounded, no spaces at its ends."""
     if not isinstance(name, str) or not name.strip():
-        errors.add("name", "A quota needs a name.")
+        errors.add("name", f"A {kind} needs a name.")
     elif len(name) > bounds.NAME_MAX_LENGTH:
         errors.add(
-            "name", f"A quota name has at most {bounds.NAME_MAX_LENGTH} characters; {name[:20]}… has {len(name)}."
+            "name", f"A {kind} name has at most {bounds.NAME_MAX_LENGTH} characters; {name[:20]}… has {len(name)}."
         )
     elif name != name.strip():
         errors.add("name", f"The name {name!r} has spaces at its ends.")
+
+
+def _check_row(quota: Quota, errors: _Errors) -> None:
+    """The rules of one quota on its own: a name, amounts ≥ 0, limit ≥ gpus, a known queue policy."""
+    name = quota.name
+    check_name(name, "quota", errors)
     label = name if isinstance(name, str) and name.strip() else "the quota"
     amounts = (*RESOURCES, *((limit, unit) for _, limit, unit in LIMITS), ("weight", ""))
     for field, unit in amounts:
