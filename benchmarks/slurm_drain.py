@@ -138,13 +138,25 @@ def until(done: Callable[[], bool], limit: float) -> float:
     return time.monotonic() - began
 
 
+def squeue_ids(cluster: SlurmCluster, name: str, states: str) -> list[str] | None:
+    """The ids of the jobs named `name` in `states`; None when squeue did not answer in time (a
+    busy slurmctld on a loaded machine: the caller asks again)."""
+    try:
+        return cluster.command("squeue", "-h", f"--name={name}", "-t", states, "-o", "%i").split()
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def live_count(cluster: SlurmCluster, name: str) -> int:
-    out = cluster.command("squeue", "-h", f"--name={name}", "-t", "PENDING,RUNNING,COMPLETING,CONFIGURING", "-o", "%i")
-    return len(out.split())
+    """How many are pending, running or completing (-1: no answer in time)."""
+    ids = squeue_ids(cluster, name, "PENDING,RUNNING,COMPLETING,CONFIGURING")
+    return -1 if ids is None else len(ids)
 
 
-def running_count(cluster: SlurmCluster, name: str) -> int:
-    return len(cluster.command("squeue", "-h", f"--name={name}", "-t", "RUNNING", "-o", "%i").split())
+def answered(ask: Callable[[], list[str] | None]) -> list[str]:
+    while (ids := ask()) is None:
+        time.sleep(1)
+    return ids
 
 
 def part_a(args: argparse.Namespace, scratch: Path) -> Figure:
@@ -153,22 +165,29 @@ def part_a(args: argparse.Namespace, scratch: Path) -> Figure:
             cluster.command(
                 "sbatch", "--job-name=filler", f"--gres=gpu:{GPUS}", "--output=/dev/null", "--wrap", FILLER_COMMAND
             )
-        wait_until(lambda: running_count(cluster, "filler") == args.nodes, seconds=300, what="fillers running")
+        wait_until(
+            lambda: len(squeue_ids(cluster, "filler", "RUNNING") or ()) == args.nodes,
+            seconds=300,
+            what="fillers running",
+        )
 
         def submit(_number: int) -> None:
             cluster.command("sbatch", "--job-name=drain", "--gres=gpu:1", "--output=/dev/null", "--wrap", "true")
 
         started = time.monotonic()
-        with ThreadPoolExecutor(4) as pool:
+        pool = ThreadPoolExecutor(4)
+        try:
             list(pool.map(submit, range(args.jobs)))
+        finally:
+            pool.shutdown(cancel_futures=True)  # an interrupted run stops submitting
         say(f"(a) {args.jobs} jobs sbatch'ed in {time.monotonic() - started:.0f} s, pending behind the fillers")
         began = time.monotonic()
         cluster.command("scancel", "--name=filler")
         until(lambda: live_count(cluster, "drain") == 0, args.limit)
         seconds = time.monotonic() - began
-        left = live_count(cluster, "drain")
-        failed = cluster.command("squeue", "-h", "--name=drain", "-t", "FAILED,TIMEOUT,NODE_FAIL", "-o", "%i")
-    return Figure("a", args.jobs, args.jobs - left, seconds, len(failed.split()))
+        left = len(answered(lambda: squeue_ids(cluster, "drain", "PENDING,RUNNING,COMPLETING,CONFIGURING")))
+        failed = answered(lambda: squeue_ids(cluster, "drain", "FAILED,TIMEOUT,NODE_FAIL"))
+    return Figure("a", args.jobs, args.jobs - left, seconds, len(failed))
 
 
 # --- the console ------------------------------------------------------------------------------
