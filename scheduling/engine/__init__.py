@@ -18,6 +18,7 @@ from scheduling.engine.types import (
     Quota,
     QuotaStatus,
     ReplicaPlacement,
+    ResourceStatus,
     Shrink,
     Snapshot,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "Quota",
     "QuotaStatus",
     "ReplicaPlacement",
+    "ResourceStatus",
     "Shrink",
     "Snapshot",
     "fair_shares",

@@ -163,9 +163,10 @@ class Cluster:
                 continue
             if (cpu <= 0 and memory <= 0) or self._fits_other(heap[0], cpu, memory):
                 return heap[0]
-            for node in sorted(set(heap)):
-                if whole[node] == level and self._fits_other(node, cpu, memory):
-                    return node
+            # the lowest-numbered node of the level with the CPU and memory free (one pass, no sort)
+            fitting = [node for node in heap if whole[node] == level and self._fits_other(node, cpu, memory)]
+            if fitting:
+                return min(fitting)
         return -1
 
     def place_whole(self, count: int, cpu: float, memory: float, spread: bool) -> Placement | None:

@@ -12,6 +12,7 @@ from typing import Any
 from scheduling.engine.actions import reserve
 from scheduling.engine.fairshare import MILLI
 from scheduling.engine.policies import gpu_count, gpus, queue_key
+from scheduling.engine.resources import LABEL, UNIT
 from scheduling.engine.session import Session
 from scheduling.engine.types import (
     EXCEEDS_CLUSTER,
@@ -60,14 +61,17 @@ def pending_reasons(session: Session) -> dict[str, PendingReason]:
         for position, job in enumerate(members, start=1):
             reason = reasons.get(job)
             if reason is not None and reason[0] in _CAPACITY_CODES:
-                # the common case, a full pool: one sentence per quota and job shape
+                # the common case, a full pool: one sentence per quota and job shape (no_fit
+                # speaks of the nodes alone: one per shape)
                 code = NO_FIT if needs[job] <= free else INSUFFICIENT_CAPACITY
                 if session.reservations is not None:
                     held = reserve.explained(session, job, free)
                     if held is not None:
                         out[jobs[job].id] = PendingReason(held[0], held[1], position)
                         continue
-                key = (code, (), job_leaf[job], needs[job], replica[job])
+                spec = jobs[job]
+                quota = -2 if code == NO_FIT else job_leaf[job]
+                key = (code, (), quota, needs[job], replica[job], spec.cpu, spec.memory_gib)
                 message = messages.get(key)
                 if message is None:
                     message = messages[key] = sentence(session, job, code, (), free, largest)
@@ -101,6 +105,58 @@ def cached_sentence(session: Session, job: int, code: str, args: tuple[Any, ...]
     return message
 
 
+def resource_sentence(code: str, args: tuple[Any, ...]) -> str:
+    """A refusal by a managed resource, named first: "cpu: would exceed the limit of team-a:
+    60 + 8 > 64 cores"."""
+    resource = args[-1]
+    label, unit = LABEL[resource], UNIT[resource]
+    if code == EXCEEDS_CLUSTER:
+        scope, asked, has, _ = args
+        if scope == "node":
+            return f"{label}: needs {gpus(asked)} {unit} on one node; the largest node has {gpus(has)} {unit}"
+        return f"{label}: asks {gpus(asked)} {unit}, the pool has {gpus(has)} {unit}"
+    name, allocated, asked, bound, _ = args
+    figures = f"{gpus(allocated)} + {gpus(asked)} > {gpus(bound)} {unit}"
+    if code == QUOTA_LIMIT:
+        return f"{label}: would exceed the limit of {name}: {figures}"
+    return f"{label}: non-preemptible jobs must fit in guaranteed quota of {name}: {figures}"
+
+
+def node_fit_sentence(session: Session, job: int, shape: str) -> str:
+    """A replica whose GPUs some node has free, but not its CPU or memory: say which stops it,
+    with the most of it free on a node that has the GPUs."""
+    spec = session.jobs[job]
+    cpu, memory = most_free_beside(session, max(1, session.replica_milli[job] // MILLI))
+    asks: list[str] = []
+    short: list[str] = []
+    if spec.cpu > 0:
+        asks.append(f"{spec.cpu:g} cores")
+        if cpu < spec.cpu:
+            short.append(f"{max(cpu, 0):g} cores")
+    if spec.memory_gib > 0:
+        asks.append(f"{spec.memory_gib:g} GiB of memory")
+        if memory < spec.memory_gib:
+            short.append(f"{max(memory, 0):g} GiB of memory")
+    needs = f"needs {shape} with {' and '.join(asks)}"
+    if short:
+        return f"{needs}; where the GPUs are free, the most free is {' and '.join(short)}"
+    return f"{needs}; no node has the GPUs, CPU and memory free at once"
+
+
+def most_free_beside(session: Session, devices: int) -> tuple[float, float]:
+    """The most CPU and the most memory free on a node with `devices` whole GPUs free, once per
+    size a cycle (the pool is in its final state when reasons are written)."""
+    key = ("most free beside", devices)
+    found = session.most_free.get(key)
+    if found is None:
+        cluster = session.cluster
+        with_gpus = [n for n in range(len(cluster.names)) if cluster.ready[n] and cluster.whole[n] >= devices]
+        cpu = max((cluster.cpu_free[n] for n in with_gpus), default=0.0)
+        memory = max((cluster.mem_free[n] for n in with_gpus), default=0.0)
+        found = session.most_free[key] = (cpu, memory)
+    return found
+
+
 def sentence(session: Session, job: int, code: str, args: tuple[Any, ...], free: int, largest: int) -> str:
     spec = session.jobs[job]
     replica = session.replica_milli[job]
@@ -108,6 +164,8 @@ def sentence(session: Session, job: int, code: str, args: tuple[Any, ...], free:
     count = session.admit_count[job]
     if code == UNKNOWN_QUOTA:
         return f"quota {spec.quota} does not exist"
+    if len(args) == 5 or (code == EXCEEDS_CLUSTER and len(args) == 4):
+        return resource_sentence(code, args)  # CPU or memory (engine.resources)
     if code == EXCEEDS_CLUSTER:
         scope, asked, has = args
         if scope == "node":
@@ -150,6 +208,8 @@ def sentence(session: Session, job: int, code: str, args: tuple[Any, ...], free:
         if code == NO_FIT:
             return f"needs {shape}; the most free on one device is {gpus(best)}"
     elif code == NO_FIT:
+        if (spec.cpu > 0 or spec.memory_gib > 0) and replica // MILLI <= largest:
+            return node_fit_sentence(session, job, shape)
         return f"needs {shape}; largest free block is {largest}"
     allocated = session.allocated[leaf]
     share = session.fair_share[leaf]

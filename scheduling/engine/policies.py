@@ -27,6 +27,12 @@ def victim_key(job: Job, index: int) -> tuple[int, float, float, int]:
     return (job.priority, -started, -job.submitted_at, -index)
 
 
+def no_smaller(job: tuple[float, ...], failed: tuple[float, ...]) -> bool:
+    """A victim search fails for a job no more urgent and no smaller than one it failed for:
+    (priority, then sizes: GPUs per replica, replicas, CPU, memory)."""
+    return failed[0] >= job[0] and all(mine >= theirs for mine, theirs in zip(job[1:], failed[1:], strict=True))
+
+
 def saturation(allocated: int, fair_share: int) -> float:
     if fair_share > 0:
         return allocated / fair_share

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduling.engine import resources
 from scheduling.engine.cluster import Cluster, Journal, Placement
 from scheduling.engine.fairshare import (
     MILLI,
@@ -166,13 +167,19 @@ class Session:
                     self.guard[node] = tree.admit_guaranteed[node]
         guard = self.guard
         self.limited = [any(tree.limit[c] != NO_LIMIT or guard[c] != NO_LIMIT for c in chain) for chain in tree.chain]
+        # CPU and memory where the pool manages them (engine.resources); empty: GPUs only.
+        self.resources = resources.ledgers(self, releasing_without_beneficiary)
+        if self.resources:
+            self.limited = [True] * len(tree)  # every job's refusals are asked of each resource
         self.messages: dict[tuple[Any, ...], str] = {}  # explain: one sentence per quota and job shape
+        self.most_free: dict[tuple[Any, ...], tuple[float, float]] = {}  # explain: CPU, memory beside free GPUs
         # Filled by actions.allocate: each leaf's pending jobs in queue order, the jobs it tried
         # (the victim searches' order), the smallest single replica that found no room, and the
         # jobs that no static refusal can stop whatever the allocations.
         self.queues: dict[int, list[int]] = {}
         self.tried: list[int] = []
         self.smallest_failed = 1 << 60
+        self.failed_shapes: list[tuple[int, float, float]] = []  # replicas with CPU or memory that found no room
         self.easy: list[bool] = []
         # Filled by actions.reclaim: victim candidates per leaf in victim order, the leaves that
         # have any (sorted, so that a subtree is a slice), running elastic jobs above their
@@ -245,6 +252,19 @@ class Session:
         self.allocated_generation += 1
         self.journal.record(self._undo_allocated, leaf, amount)
 
+    def add_replicas(self, job: int, count: int) -> None:
+        """`count` replicas of the job start (below 0: leave) holding their GPUs, and their CPU
+        and memory where the pool manages them, in the job's quota and every ancestor."""
+        leaf = self.job_leaf[job]
+        self.add_allocated(leaf, self.replica_milli[job] * count)
+        if self.resources:
+            chain = self.tree.chain[leaf]
+            for ledger in self.resources:
+                amount = ledger.per_replica[job] * count
+                if amount:
+                    ledger.add(chain, amount)
+                    self.journal.record(ledger.add, chain, -amount)
+
     def _undo_allocated(self, leaf: int, amount: int) -> None:
         alloc = self.allocated
         for node in self.tree.chain[leaf]:
@@ -290,6 +310,8 @@ class Session:
             return (EXCEEDS_CLUSTER, ("node", replica, cluster.max_gpus * MILLI))
         if need > self.capacity:
             return (EXCEEDS_CLUSTER, ("pool", need, self.capacity))
+        if self.resources and (refused := resources.too_big(self.resources, job)) is not None:
+            return refused
         if self.promised[job] or (spec.preemptible and not self.limited[leaf]):
             return None
         tree = self.tree
@@ -298,11 +320,18 @@ class Session:
             limit = tree.limit[node]
             if limit != NO_LIMIT and alloc[node] + need > limit:
                 return (QUOTA_LIMIT, (tree.quota_name[node], alloc[node], need, limit))
+        managed = self.resources  # CPU and memory, where the pool manages them
+        refused = resources.refusal(managed, job, tree.chain[leaf], resources.CEILING) if managed else None
+        if refused is not None:
+            return refused
         if not spec.preemptible:
             for node in tree.chain[leaf]:
                 g = tree.admit_guaranteed[node]
                 if alloc[node] + need > g:
                     return (GUARANTEED_ONLY, (tree.names[node], alloc[node], need, g))
+            refused = resources.refusal(managed, job, tree.chain[leaf], resources.GUARANTEE) if managed else None
+            if refused is not None:
+                return refused
         guard = self.guard
         for node in tree.chain[leaf]:
             if alloc[node] + need > guard[node]:
@@ -311,12 +340,12 @@ class Session:
 
     def admit(self, job: int, placed: list[Placement]) -> None:
         if not self.promised[job]:
-            self.add_allocated(self.job_leaf[job], self.replica_milli[job] * len(placed))
+            self.add_replicas(job, len(placed))
         else:
             self.set_journaled(self.promised, job, False)
-            extra = self.replica_milli[job] * len(placed) - self.needs[job]
+            extra = len(placed) - self.admit_count[job]
             if extra:
-                self.add_allocated(self.job_leaf[job], extra)
+                self.add_replicas(job, extra)
         self.set_journaled(self.state, job, RUNNING)
         self.set_journaled(self.placements, job, tuple(placed))
         self.set_journaled(self.admitted_now, job, True)
@@ -332,12 +361,12 @@ class Session:
         if replica_placement is None:
             for pl in self.placements[victim]:
                 self.cluster.adjust(pl, +1, spec.cpu, spec.memory_gib)
-            self.add_allocated(self.job_leaf[victim], -self.replica_milli[victim] * len(self.placements[victim]))
+            self.add_replicas(victim, -len(self.placements[victim]))
             self.set_journaled(self.state, victim, PENDING)
             self.set_journaled(self.touched, victim, True)
         else:
             self.cluster.adjust(replica_placement, +1, spec.cpu, spec.memory_gib)
-            self.add_allocated(self.job_leaf[victim], -self.replica_milli[victim])
+            self.add_replicas(victim, -1)
             self.set_journaled(self.placements, victim, self.placements[victim][:-1])
 
     def give_back_victim(self, unit: Unit, placements: tuple[Placement, ...]) -> None:
@@ -346,12 +375,12 @@ class Session:
         if replica_placement is None:
             for pl in placements:
                 self.cluster.adjust(pl, -1, spec.cpu, spec.memory_gib)
-            self.add_allocated(self.job_leaf[victim], self.replica_milli[victim] * len(placements))
+            self.add_replicas(victim, len(placements))
             self.set_journaled(self.state, victim, RUNNING)
             self.set_journaled(self.touched, victim, False)
         else:
             self.cluster.adjust(replica_placement, -1, spec.cpu, spec.memory_gib)
-            self.add_allocated(self.job_leaf[victim], self.replica_milli[victim])
+            self.add_replicas(victim, 1)
             self.set_journaled(self.placements, victim, self.placements[victim] + (replica_placement,))
 
 

@@ -1,13 +1,27 @@
 """Per-quota figures at the end of a cycle: guaranteed, fair share (SCHEDULING.md §1, "Fair
-share"), allocated (subtree and own jobs), saturation, running and pending counts.
+share"), allocated (subtree and own jobs), saturation, running and pending counts; the same
+figures of CPU and memory where the pool manages them (`QuotaStatus.resources`).
 """
 
 from __future__ import annotations
 
 from scheduling.engine.fairshare import MILLI, subtree_requests
 from scheduling.engine.policies import saturation
+from scheduling.engine.pools import single_pool, split_by_pool
+from scheduling.engine.resource_rules import statuses as resource_statuses
 from scheduling.engine.session import Session
-from scheduling.engine.types import RELEASING, RUNNING, QuotaStatus
+from scheduling.engine.types import RELEASING, RUNNING, QuotaStatus, Snapshot
+
+
+def snapshot_statuses(snapshot: Snapshot) -> dict[str, QuotaStatus]:
+    """Every quota's figures on a snapshot as it stands, without a cycle's decisions (each
+    pool on its own): what `simulate` and the pages show between cycles."""
+    if single_pool(snapshot):
+        return quota_status(Session(snapshot))
+    statuses: dict[str, QuotaStatus] = {}
+    for _pool, part in split_by_pool(snapshot):
+        statuses.update(quota_status(Session(part)))
+    return statuses
 
 
 def quota_status(session: Session) -> dict[str, QuotaStatus]:
@@ -35,6 +49,8 @@ def quota_status(session: Session) -> dict[str, QuotaStatus]:
     pending = subtree_requests(tree, pending)
     statuses: dict[str, QuotaStatus] = {}
     share = session.fair_share
+    # CPU and memory where the pool manages them (engine.resources); none: GPUs only
+    resources = resource_statuses(session) if session.resources else None
     for name, node in tree.index.items():
         own_leaf = tree.leaf_of.get(name, node)
         statuses[name] = QuotaStatus(
@@ -45,5 +61,6 @@ def quota_status(session: Session) -> dict[str, QuotaStatus]:
             running=running[node],
             pending=pending[node],
             guaranteed=tree.guaranteed[node] / MILLI,
+            resources=resources[node] if resources is not None else {},
         )
     return statuses

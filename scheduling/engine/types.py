@@ -223,6 +223,7 @@ class ResourceStatus:
     allocated: float
     guaranteed: float
     limit: float | None = None
+    allocated_self: float = 0.0  # the quota's own jobs, as QuotaStatus.allocated_self
 
 
 @dataclass(frozen=True, slots=True)

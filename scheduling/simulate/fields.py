@@ -93,7 +93,7 @@ def _optional(entry: Mapping[str, Any], key: str, convert: Any) -> Any:
 def _quota_fields(entry: Mapping[str, Any], where: str, *, nullable: bool = False) -> dict[str, Any]:
     """The quota fields present in `entry`, typed; `nullable` lets a set step clear limit/weight."""
     fields: dict[str, Any] = {}
-    clearable = ("cpu", "memory_gib", "limit", "weight", "min_runtime_seconds")
+    clearable = ("cpu", "memory_gib", "limit", "cpu_limit", "memory_gib_limit", "weight", "min_runtime_seconds")
     for key in SETTABLE_QUOTA_FIELDS:
         if key not in entry:
             continue
@@ -102,7 +102,7 @@ def _quota_fields(entry: Mapping[str, Any], where: str, *, nullable: bool = Fals
             if not (nullable and key in clearable):
                 raise ScenarioError(where, key, "must not be empty")
             fields[key] = None
-        elif key in ("gpus", "cpu", "memory_gib", "limit", "weight"):
+        elif key in ("gpus", "cpu", "memory_gib", "limit", "cpu_limit", "memory_gib_limit", "weight"):
             fields[key] = _number(value, where, key)
         elif key == "rank":
             fields[key] = _signed_integer(value, where, key)

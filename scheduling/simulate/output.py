@@ -30,6 +30,16 @@ def format_checkpoint(checkpoint: Checkpoint) -> str:
         ],
         quota_rows,
     )
+    resource_rows = [
+        [name, resource, *(show(float(figures[key])) for key in ("guaranteed", "fair_share", "allocated")), limit]
+        for name, f in checkpoint.quotas.items()
+        for resource in ("cpu", "memory_gib")
+        if (figures := f.get(resource)) is not None
+        for limit in ["" if figures["limit"] is None else show(float(figures["limit"]))]
+    ]
+    if resource_rows:  # CPU and memory where the pool manages them (cores, GiB)
+        lines.append("")
+        lines += _table(["quota", "resource", "guaranteed", "fair_share", "allocated", "limit"], resource_rows)
     lines.append("")
     job_rows = []
     for name, f in checkpoint.jobs.items():

@@ -32,6 +32,7 @@ from scheduling.clock import SimulatedClock, use_clock
 from scheduling.cycle import ensure_fence
 from scheduling.models import Job, JobState, ReplicaPlacementRecord
 from scheduling.simulate.cycle_lock import InProcessCycleLock
+from scheduling.simulate.resources import resource_figures
 from scheduling.simulate.scenario import (
     SETTABLE_QUOTA_FIELDS,
     AdvanceStep,
@@ -342,6 +343,7 @@ class ScenarioRunner:
     def checkpoint(self, name: str) -> Checkpoint:
         quotas = list(Quota.objects.select_related("pool").order_by("id"))
         status = quota_hooks.quota_status(quotas)
+        managed = resource_figures(quotas, self.clock.now())  # cpu and memory_gib, where managed
         quota_figures: dict[str, dict[str, Any]] = {}
         for quota in quotas:
             figures = status[quota.pk]
@@ -353,6 +355,7 @@ class ScenarioRunner:
                 "running": figures["running"],
                 "pending": figures["pending"],
                 "pool": quota.pool.name,
+                **managed.get(quota.name, {}),
             }
         # Every job of the private database is one of the scenario's, so no id filter (a list
         # of 10,000 ids is more than SQLite parses); three queries whatever the size.

@@ -59,6 +59,8 @@ class QuotaSpec:
     cpu: float | None = None
     memory_gib: float | None = None
     limit: float | None = None
+    cpu_limit: float | None = None
+    memory_gib_limit: float | None = None
     weight: float | None = None
     rank: int = 0
     child_preemption: bool = False

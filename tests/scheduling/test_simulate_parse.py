@@ -211,8 +211,8 @@ BAD_STEPS = [
     ),
     pytest.param(
         "  - set: {quota: Quota1, parent: Quota1.1}",
-        "step 1 (set): field 'parent': unknown field; known: quota, gpus, cpu, memory_gib, limit, weight, rank, "
-        "child_preemption, same_level_preemption, queue_policy, min_runtime_seconds",
+        "step 1 (set): field 'parent': unknown field; known: quota, gpus, cpu, memory_gib, limit, cpu_limit, "
+        "memory_gib_limit, weight, rank, child_preemption, same_level_preemption, queue_policy, min_runtime_seconds",
         id="set-unknown-field",
     ),
     pytest.param(

@@ -14,6 +14,8 @@ import heapq
 from scheduling.engine.actions import reserve
 from scheduling.engine.fairshare import MILLI
 from scheduling.engine.policies import queue_key, saturation
+from scheduling.engine.resource_rules import dominant_saturation, within
+from scheduling.engine.resources import ENTITLED, GUARANTEE
 from scheduling.engine.session import SHORT, WAITING, Session
 from scheduling.engine.types import PENDING, QUEUE_BLOCKED, UNKNOWN_QUOTA
 
@@ -23,7 +25,9 @@ def quota_order(session: Session, leaf: int) -> tuple[bool, float, int, int, int
     return (
         # child_preemption: a parent's own jobs rank above everything in its subtree
         not (tree.is_self[leaf] and tree.child_preemption[tree.parent[leaf]]),
-        saturation(session.allocated[leaf], session.fair_share[leaf]),
+        dominant_saturation(session, leaf)
+        if session.resources
+        else saturation(session.allocated[leaf], session.fair_share[leaf]),
         -tree.rank[leaf],
         tree.created[leaf],
         leaf,
@@ -69,6 +73,7 @@ def allocate(session: Session) -> None:
     tree = session.tree
     within_share = [s if s > g else g for s, g in zip(session.fair_share, tree.admit_guaranteed, strict=True)]
     session.smallest_failed = 1 << 60
+    session.failed_shapes = []
     # Jobs whose static refusal is None whatever the allocations (promised jobs excluded).
     limited = session.limited
     biggest = session.cluster.max_gpus * MILLI
@@ -78,12 +83,12 @@ def allocate(session: Session) -> None:
             session.jobs, session.job_leaf, session.promised, session.replica_milli, session.needs, strict=True
         )
     ]
-    serve_pass(session, tree.admit_guaranteed)
-    serve_pass(session, within_share)
+    serve_pass(session, tree.admit_guaranteed, GUARANTEE)
+    serve_pass(session, within_share, ENTITLED)
     serve_pass(session, None)
 
 
-def serve_pass(session: Session, bound: list[int] | None) -> None:
+def serve_pass(session: Session, bound: list[int] | None, resource_bound: int = ENTITLED) -> None:
     """One pass over the quotas, lowest saturation first.
 
     With a `bound`, only jobs that keep their quota and every ancestor within it are admitted:
@@ -131,7 +136,7 @@ def serve_pass(session: Session, bound: list[int] | None) -> None:
                 refusal = static_refusal(job)
                 if refusal is None and promised[job]:
                     refusal = WAITING
-            if refusal is None and bound is not None and borrower(session, job, bound):
+            if refusal is None and bound is not None and borrower(session, job, bound, resource_bound):
                 if not passed_over:
                     # the head waits for the borrowers' pass: keep its GPUs from those behind it
                     reserve.hold_head(session, job)
@@ -142,10 +147,10 @@ def serve_pass(session: Session, bound: list[int] | None) -> None:
                 continue
             tried.append(job)
             placed = None
-            if refusal is None and replica_of[job] < session.smallest_failed:
+            if refusal is None and replica_of[job] < session.smallest_failed and not shape_failed(session, job):
                 placed = session.place_gang(job, count_of[job])
                 if placed is None and count_of[job] == 1:
-                    session.smallest_failed = replica_of[job]
+                    failed_to_place(session, job)
             if placed is None and refusal is None:
                 placed = reserve.backfill(session, job)  # reserved GPUs it cannot delay
             if placed is not None:
@@ -173,8 +178,34 @@ def serve_pass(session: Session, bound: list[int] | None) -> None:
                 break
 
 
-def borrows_beyond(session: Session, job: int, bound: list[int]) -> bool:
-    """Admitting the job takes its quota or an ancestor above `bound`."""
+def failed_to_place(session: Session, job: int) -> None:
+    """Remember a single replica that found no room, so that no job at least as large tries again
+    in this pass: by its GPUs alone when it asks no CPU or memory of a node, otherwise by its
+    whole shape (a job asking fewer cores may fit where this one did not)."""
+    spec = session.jobs[job]
+    if spec.cpu <= 0 and spec.memory_gib <= 0:
+        session.smallest_failed = session.replica_milli[job]
+    elif len(session.failed_shapes) < 8:
+        session.failed_shapes.append((session.replica_milli[job], spec.cpu, spec.memory_gib))
+
+
+def shape_failed(session: Session, job: int) -> bool:
+    """The job is no smaller, in GPUs, CPU and memory, than a replica that found no room."""
+    if not session.failed_shapes:
+        return False
+    spec = session.jobs[job]
+    replica = session.replica_milli[job]
+    return any(
+        replica >= gpus and spec.cpu >= cpu and spec.memory_gib >= memory for gpus, cpu, memory in session.failed_shapes
+    )
+
+
+def borrows_beyond(session: Session, job: int, bound: list[int], resource_bound: int) -> bool:
+    """Admitting the job takes its quota or an ancestor above `bound`, or above the same bound
+    (`resource_bound`) of a managed resource."""
     need = session.needs[job]
     alloc = session.allocated
-    return any(alloc[node] + need > bound[node] for node in session.tree.chain[session.job_leaf[job]])
+    chain = session.tree.chain[session.job_leaf[job]]
+    if any(alloc[node] + need > bound[node] for node in chain):
+        return True
+    return bool(session.resources) and not within(session, job, chain, resource_bound)

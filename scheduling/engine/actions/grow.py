@@ -56,10 +56,12 @@ def grow(session: Session) -> None:
             continue
         if not spec.preemptible and any(session.allocated[c] + replica > tree.admit_guaranteed[c] for c in chain):
             continue
+        if session.resources and not grows_within(session, job, chain):
+            continue
         pl = cluster.place_replica(replica, spec.cpu, spec.memory_gib, session.spread)
         if pl is None:
             continue
-        session.add_allocated(leaf, replica)
+        session.add_replicas(job, 1)
         session.placements[job] = session.placements[job] + (pl,)
         session.grown.setdefault(job, []).append(pl)
         if len(session.placements[job]) < spec.replicas:
@@ -70,3 +72,14 @@ def grow(session: Session) -> None:
                 job,
             )
             heapq.heappush(heap, (key, job))
+
+
+def grows_within(session: Session, job: int, chain: tuple[int, ...]) -> bool:
+    """One more replica keeps every managed resource within its limits (and, for a
+    non-preemptible job, its guarantees) in the chain."""
+    for ledger in session.resources:
+        amount = ledger.per_replica[job]
+        bounds = (ledger.ceiling,) if session.jobs[job].preemptible else (ledger.ceiling, ledger.tree.admit_guaranteed)
+        if amount and any(ledger.allocated[c] + amount > bound[c] for bound in bounds for c in chain):
+            return False
+    return True

@@ -11,6 +11,7 @@ from bisect import bisect_left
 from collections.abc import Iterator
 
 from scheduling.engine.policies import victim_key
+from scheduling.engine.resource_rules import keeps_guarantee
 from scheduling.engine.session import Session, Unit
 from scheduling.engine.types import CHILD_PREEMPTION, PREEMPT, SAME_LEVEL
 
@@ -45,7 +46,9 @@ def preemption_rule(
         for sibling_level in tree.chain[vleaf]:
             if tree.parent[sibling_level] == parent:
                 guaranteed = tree.admit_guaranteed[sibling_level]
-                if sibling_level != quota and alloc[sibling_level] - amount >= guaranteed:
+                # the sibling keeps its guarantee, of GPUs and of each managed resource
+                kept = alloc[sibling_level] - amount >= guaranteed
+                if sibling_level != quota and kept and keeps_guarantee(session, victim, amount, sibling_level):
                     return (SAME_LEVEL, -1, "")
                 break
     return None

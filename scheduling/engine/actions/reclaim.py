@@ -16,11 +16,13 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Any
 
-from scheduling.engine import bounds
+from scheduling.engine import bounds, resource_rules
 from scheduling.engine.actions import reserve
 from scheduling.engine.actions.preempt import in_quota_rule, preemption_candidates, preemption_reason, preemption_rule
 from scheduling.engine.cluster import Placement
-from scheduling.engine.policies import RULE_ORDER, gpu_count, victim_key
+from scheduling.engine.policies import RULE_ORDER, no_smaller, victim_key
+from scheduling.engine.resource_rules import excess, over_figure, victim_over, within
+from scheduling.engine.resources import ENTITLED, FAIR_SHARE, GUARANTEE
 from scheduling.engine.session import Session, Unit
 from scheduling.engine.types import (
     CHILD_PREEMPTION,
@@ -71,7 +73,7 @@ def reclaim_and_preempt(session: Session) -> None:
     session.ranked_generation = -1
     found = 0
     missed_candidates = 0
-    failed: dict[int, list[tuple[int, int, int]]] = {}
+    failed: dict[int, list[tuple[int, int, int, float, float]]] = {}  # priority, GPUs, replicas, CPU, memory
     blocked_fifo: set[int] = set()
     share = session.snapshot.bound_share
     most_found = bounds.share_of(bounds.MAX_VICTIM_SEARCHES, share)
@@ -90,8 +92,8 @@ def reclaim_and_preempt(session: Session) -> None:
                 continue
             blocked_fifo.add(leaf)
         spec = session.jobs[job]
-        signature = (spec.priority, session.replica_milli[job], session.admit_count[job])
-        if any(p >= signature[0] and r <= signature[1] and c <= signature[2] for p, r, c in failed.get(leaf, ())):
+        signature = (spec.priority, session.replica_milli[job], session.admit_count[job], spec.cpu, spec.memory_gib)
+        if any(f[0] >= signature[0] and no_smaller(signature, f) for f in failed.get(leaf, ())):
             continue
         if not may_search(session, job):
             continue
@@ -110,7 +112,8 @@ def may_search(session: Session, job: int) -> bool:
     leaf = session.job_leaf[job]
     tree = session.tree
     need = session.needs[job]
-    if session.allocated[leaf] + need <= max(session.fair_share[leaf], tree.admit_guaranteed[leaf]):
+    entitled = session.allocated[leaf] + need <= max(session.fair_share[leaf], tree.admit_guaranteed[leaf])
+    if entitled and within(session, job, (leaf,), ENTITLED):
         return True
     own = session.candidates_by_leaf.get(leaf, ())
     if own and session.jobs[own[0]].priority < spec.priority:
@@ -133,7 +136,7 @@ def reclaim_region(session: Session, job: int) -> tuple[tuple[int, int], int]:
     for level, node in enumerate(chain):
         entitled = alloc[node] + need <= session.fair_share[node]
         entitled = entitled or alloc[node] + need <= tree.admit_guaranteed[node]
-        if not entitled:
+        if not entitled or (session.resources and not within(session, job, (node,), ENTITLED)):
             break
         top = level
     if top < 0:
@@ -168,11 +171,7 @@ def excess_heap(session: Session, region: tuple[int, int]) -> list[tuple[float, 
     """The region's leaves ranked on the current state, uncached: in the middle of a search the
     allocation generation is no key (a search that finds nothing puts it back, and the next
     one reaches the same number with other victims taken)."""
-    alloc, share, created = session.allocated, session.fair_share, session.tree.created
-    start, stop = region
-    heap: list[tuple[float, int, int]] = [
-        (-(alloc[v] - share[v]), created[v], v) for v in session.candidate_leaves[start:stop]
-    ]
+    heap = resource_rules.excess_entries(session, session.candidate_leaves[region[0] : region[1]])
     heapq.heapify(heap)
     return heap
 
@@ -216,14 +215,17 @@ def victim_rule(
         # Under child_preemption the parent's own jobs rank above its children: only the
         # child-level rule moves GPUs between them, never fair share or guarantees.
         return preemption_rule(session, job, victim, amount, only)
-    within_share = all(alloc[c] + need <= share[c] for c in qchain[: level + 1])
+    # GPUs and managed resources (engine.resources): Q within the bound in all, the victim over in one.
+    branch = qchain[: level + 1]
+    within_share = all(alloc[c] + need <= share[c] for c in branch) and within(session, job, branch, FAIR_SHARE)
     # With same_level_preemption on the victim's side, priority beats fair share between
     # siblings: a lower-priority job may not take back what a same-level eviction won.
     priority_shield = tree.same_level[vbranch] and victim_spec.priority > spec.priority
-    if within_share and not priority_shield and alloc[vbranch] - amount >= share[vbranch]:
+    if within_share and not priority_shield and victim_over(session, job, victim, amount, vbranch, FAIR_SHARE):
         return (RECLAIM, level, "fair_share")
-    within_guarantee = all(alloc[c] + need <= tree.admit_guaranteed[c] for c in qchain[: level + 1])
-    if within_guarantee and alloc[vbranch] > tree.admit_guaranteed[vbranch]:
+    within_guarantee = all(alloc[c] + need <= tree.admit_guaranteed[c] for c in branch)
+    within_guarantee = within_guarantee and within(session, job, branch, GUARANTEE)
+    if within_guarantee and victim_over(session, job, victim, amount, vbranch, GUARANTEE):
         return (RECLAIM, level, "guarantee")
     if only is None:
         return preemption_rule(session, job, victim, amount, None)
@@ -239,7 +241,7 @@ def victim_candidates(session: Session, job: int, region: tuple[int, int]) -> It
     lo, hi = (leaves[start], leaves[stop - 1]) if stop > start else (0, -1)
 
     def over(v: int) -> float:
-        return session.allocated[v] - session.fair_share[v] if lo <= v <= hi and v != qleaf else 0
+        return excess(session, v) if lo <= v <= hi and v != qleaf else 0
 
     shrinkable: list[tuple[tuple[Any, ...], int]] = []
     for victim in session.elastic:
@@ -288,7 +290,7 @@ def victim_candidates(session: Session, job: int, region: tuple[int, int]) -> It
                 break
         cursor[v] = position
         if position < len(members):
-            heapq.heappush(heap, (-(session.allocated[v] - session.fair_share[v]), created, v))
+            heapq.heappush(heap, (-over(v), created, v))
     yield from preemption_candidates(session, job)
 
 
@@ -318,6 +320,8 @@ def fits_with_victims(
             parent = tree.parent[leaf]
             if alloc[parent] + need > tree.guaranteed[parent]:
                 return None
+    if session.resources and not resource_rules.beneficiary_within(session, job, chain, taken):
+        return None
     if session.cluster.free_total < need:
         return None
     return session.place_gang(job, session.admit_count[job])
@@ -418,7 +422,7 @@ def commit_victims(
         return
     # Victims inside their grace period still hold the GPUs: the job waits for them, and
     # its placement stays reserved for the rest of this cycle.
-    session.add_allocated(session.job_leaf[job], session.needs[job])
+    session.add_replicas(job, session.admit_count[job])
     session.set_journaled(session.promised, job, True)
     session.set_journaled(session.touched, job, True)
     count = sum(1 for (victim, rp), _ in kept if rp is None and session.jobs[victim].grace_seconds > 0)
@@ -435,11 +439,11 @@ def victim_reason(session: Session, job: int, victim: int, rule: str, variant: s
         if variant == "fair_share":
             return (
                 f"reclaimed for {spec.id} of {spec.quota}: {name} holds more than its fair share "
-                f"of {gpu_count(session.fair_share[vbranch])} and keeps at least that; {spec.quota} stays "
+                f"of {over_figure(session, victim, vbranch, variant)} and keeps at least that; {spec.quota} stays "
                 "within its own fair share"
             )
         return (
             f"reclaimed by {spec.quota} for {spec.id}: {name} was above its guarantee of "
-            f"{gpu_count(tree.admit_guaranteed[vbranch])}; {spec.quota} is within its guarantee"
+            f"{over_figure(session, victim, vbranch, variant)}; {spec.quota} is within its guarantee"
         )
     return preemption_reason(session, job, victim, rule)

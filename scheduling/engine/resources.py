@@ -1,0 +1,289 @@
+"""CPU and memory as managed resources (SCHEDULING.md "Managed resources"), KAI-Scheduler's way:
+its proportion plugin keeps guarantees, limits, over-quota weights and fair shares per resource,
+and every rule of §1–§3 is asked of each resource in turn.
+
+A pool manages CPU (memory) when any of its root quotas sets `cpu` (`memory_gib`); a pool that
+manages GPUs only builds no ledger here, and every rule reads as before. For a managed resource
+a quota has:
+
+- guarantee: its `cpu` / `memory_gib`; not set is 0. A parent's own jobs ("self") get what its
+  children's guarantees leave of its own, as for GPUs.
+- limit: `cpu_limit` / `memory_gib_limit`; not set is no limit.
+- weight: the quota's `weight` when set (one number, so idle CPU and idle GPUs are lent in the
+  same proportions); otherwise its guarantee of that resource, so idle CPU is lent in proportion
+  to CPU quota as idle GPUs are in proportion to GPU quota. A group of siblings none of which
+  sets the resource (a tree that sets CPU on its roots only) divides its parent's CPU by their
+  GPU weights instead: CPU follows the GPUs there rather than going to nobody.
+
+Amounts are held in thousandths (milli-cores, milli-GiB) as ints, as GPUs are in milli-GPUs, and
+fair shares keep fractions: a core or a GiB is divisible, so the "whole GPUs take whole GPUs"
+rounding of §1 does not apply. A resource a job does not ask for (cpu 0) never stops it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import Any, Protocol
+
+from scheduling.engine.cluster import Placement
+from scheduling.engine.fairshare import MILLI, NO_LIMIT, QuotaTree, divide, subtree_requests, to_milli
+from scheduling.engine.types import (
+    CPU,
+    EXCEEDS_CLUSTER,
+    GUARANTEED_ONLY,
+    INSUFFICIENT_CAPACITY,
+    MANAGED_RESOURCES,
+    MEMORY,
+    PENDING,
+    QUOTA_LIMIT,
+    RUNNING,
+    Job,
+    Node,
+    Quota,
+    Snapshot,
+)
+
+
+class Working(Protocol):
+    """What a ledger reads of the cycle's working state (engine.session.Session), named here so
+    that this module needs no import of the session, which builds the ledgers."""
+
+    snapshot: Snapshot
+    jobs: tuple[Job, ...]
+    tree: QuotaTree
+    job_leaf: list[int]
+    admit_count: list[int]
+    state: list[str]
+    placements: list[tuple[Placement, ...]]
+    held: list[tuple[Placement, ...]]
+    waiting_for: dict[int, list[int]]
+
+
+# The bounds a rule holds a quota to (`Ledger.bound`).
+FAIR_SHARE = 0  # the fair-share rule of reclaim
+GUARANTEE = 1  # admit_guaranteed: non-preemptible jobs, the guarantee rule
+ENTITLED = 2  # the larger of the two: allocate's second pass, where reclaim may look
+CEILING = 3  # the limit, and the guarantee room promised to a waiting beneficiary
+OWN_GUARANTEE = 4  # the quota's own guarantee (child-level preemption keeps P's subtree in it)
+
+LABEL = {CPU: "cpu", MEMORY: "memory"}
+UNIT = {CPU: "cores", MEMORY: "GiB"}
+NOUN = {CPU: "CPU", MEMORY: "memory"}
+
+
+def guarantee_of(quota: Quota, resource: str) -> float | None:
+    return quota.cpu if resource == CPU else quota.memory_gib
+
+
+def limit_of(quota: Quota, resource: str) -> float | None:
+    return quota.cpu_limit if resource == CPU else quota.memory_gib_limit
+
+
+def per_replica(job: Job, resource: str) -> float:
+    return job.cpu if resource == CPU else job.memory_gib
+
+
+def node_amount(node: Node, resource: str) -> float:
+    return node.cpu if resource == CPU else node.memory_gib
+
+
+def managed(quotas: Sequence[Quota]) -> tuple[str, ...]:
+    """The resources besides GPUs that a pool's quotas manage: those any root sets."""
+    names = {quota.name for quota in quotas}
+    roots = [quota for quota in quotas if quota.parent is None or quota.parent not in names]
+    return tuple(r for r in MANAGED_RESOURCES if any(guarantee_of(quota, r) is not None for quota in roots))
+
+
+def resource_tree(tree: QuotaTree, quotas: Sequence[Quota], resource: str) -> QuotaTree:
+    """The quota tree with one resource's guarantees, limits and weights in place of the GPUs';
+    its shape (children, rank, switches, order) is the GPU tree's, shared, not copied."""
+    by_name: dict[str, Quota] = {}
+    for quota in quotas:
+        by_name.setdefault(quota.name, quota)
+    size = len(tree)
+    guaranteed = [0] * size
+    admit = [0] * size
+    limit = [NO_LIMIT] * size
+    sets = [False] * size
+    for i in range(size):
+        if tree.is_self[i]:
+            continue
+        quota = by_name[tree.quota_name[i]]
+        own = guarantee_of(quota, resource)
+        sets[i] = own is not None
+        guaranteed[i] = admit[i] = to_milli(own or 0)
+        ceiling = limit_of(quota, resource)
+        limit[i] = NO_LIMIT if ceiling is None else to_milli(ceiling)
+    for i in range(size):
+        if tree.is_self[i]:
+            # what the children's guarantees leave of the parent's (SCHEDULING.md "Words")
+            p = tree.parent[i]
+            remainder = max(0, guaranteed[p] - sum(guaranteed[c] for c in tree.children[p] if c != i))
+            guaranteed[i] = remainder
+            admit[i] = guaranteed[p] if tree.child_preemption[p] else remainder
+            sets[i] = sets[p]
+    weight = [0.0] * size
+    for group in (tree.roots, *(kids for kids in tree.children if kids)):
+        if not any(sets[k] for k in group if not tree.is_self[k]):
+            for k in group:
+                weight[k] = tree.weight[k]  # nobody here sets the resource: it follows the GPUs
+            continue
+        for k in group:
+            explicit = None if tree.is_self[k] else by_name[tree.quota_name[k]].weight
+            weight[k] = float(explicit) if explicit is not None else guaranteed[k] / MILLI
+    view = copy.copy(tree)
+    view.guaranteed = guaranteed
+    view.admit_guaranteed = admit
+    view.limit = limit
+    view.weight = weight
+    return view
+
+
+def capacity(snapshot: Snapshot, resource: str) -> int:
+    """What fair share divides of one resource, as `fairshare.cluster_capacity` counts GPUs: all
+    of a node that takes placements, of a cordoned or draining one what its jobs hold there."""
+    total = sum(to_milli(node_amount(node, resource)) for node in snapshot.nodes if node.placeable)
+    cordoned = {node.name: node for node in snapshot.nodes if node.ready and not node.placeable}
+    if not cordoned:
+        return total
+    held: dict[str, int] = {}
+    for job in snapshot.jobs:
+        if job.state == PENDING:
+            continue
+        for placement in job.placements:
+            if placement.node in cordoned:
+                held[placement.node] = held.get(placement.node, 0) + to_milli(per_replica(job, resource))
+    return total + sum(min(amount, to_milli(node_amount(cordoned[name], resource))) for name, amount in held.items())
+
+
+class Ledger:
+    """One managed resource of a session: per tree node its allocation, request, fair share and
+    bounds (the tree's arrays), per job what one replica and its admission ask."""
+
+    __slots__ = (
+        "allocated",
+        "capacity",
+        "ceiling",
+        "entitled",
+        "fair_share",
+        "largest_node",
+        "name",
+        "needs",
+        "oversized",
+        "per_replica",
+        "request",
+        "tree",
+    )
+
+    def __init__(self, session: Working, resource: str, releasing_alone: Sequence[int]) -> None:
+        snapshot = session.snapshot
+        jobs = session.jobs
+        tree = resource_tree(session.tree, snapshot.quotas, resource)
+        self.name = resource
+        self.tree = tree
+        # one conversion per distinct figure, not one call per job (a cycle holds tens of thousands)
+        values = list(map(attrgetter(resource), jobs))
+        amounts = {value: to_milli(value) for value in set(values)}
+        self.per_replica = per_job = [amounts[value] for value in values]
+        self.needs = [amount * count for amount, count in zip(per_job, session.admit_count, strict=True)]
+        size = len(tree)
+        leaf_request = [0] * size
+        alloc = [0] * size
+        state, placements = session.state, session.placements
+        for job, (leaf, spec) in enumerate(zip(session.job_leaf, jobs, strict=True)):
+            amount = per_job[job]
+            if leaf < 0 or not amount:
+                continue
+            leaf_request[leaf] += amount * spec.replicas
+            if state[job] == RUNNING:
+                alloc[leaf] += amount * len(placements[job])
+        # As for GPUs: a releasing job counts for its pending beneficiary, who counts in full.
+        for job in releasing_alone:
+            if session.job_leaf[job] >= 0:
+                alloc[session.job_leaf[job]] += self.per_replica[job] * len(session.held[job])
+        for target in session.waiting_for:
+            if session.job_leaf[target] >= 0:
+                alloc[session.job_leaf[target]] += self.needs[target]
+        self.allocated = subtree_requests(tree, alloc)
+        self.request = subtree_requests(tree, leaf_request)
+        self.capacity = capacity(snapshot, resource)
+        self.fair_share = divide(tree, self.request, self.capacity, [True] * size)
+        self.entitled = [s if s > g else g for s, g in zip(self.fair_share, tree.admit_guaranteed, strict=True)]
+        self.ceiling = list(tree.limit)
+        for target in session.waiting_for:
+            if not jobs[target].preemptible and session.job_leaf[target] >= 0:
+                for node in tree.chain[session.job_leaf[target]]:
+                    self.ceiling[node] = min(self.ceiling[node], tree.admit_guaranteed[node])
+        tracked = [to_milli(node_amount(node, resource)) for node in snapshot.nodes if node.placeable]
+        # a node that does not report the resource (0) is not checked for it (types.Node)
+        self.largest_node = NO_LIMIT if not tracked or min(tracked) == 0 else max(tracked)
+        # jobs no placement can ever take, found once: static_refusal asks of every job often
+        self.oversized: dict[int, tuple[str, tuple[Any, ...]]] = {}
+        for job, amount in enumerate(self.per_replica):
+            if amount > self.largest_node:
+                self.oversized[job] = (EXCEEDS_CLUSTER, ("node", amount, self.largest_node, resource))
+            elif self.capacity and self.needs[job] > self.capacity:
+                self.oversized[job] = (EXCEEDS_CLUSTER, ("pool", self.needs[job], self.capacity, resource))
+
+    def bound(self, kind: int) -> list[int]:
+        if kind == FAIR_SHARE:
+            return self.fair_share
+        if kind == GUARANTEE:
+            return self.tree.admit_guaranteed
+        if kind == ENTITLED:
+            return self.entitled
+        if kind == CEILING:
+            return self.ceiling
+        return self.tree.guaranteed
+
+    def add(self, chain: Sequence[int], amount: int) -> None:
+        alloc = self.allocated
+        for node in chain:
+            alloc[node] += amount
+
+
+def ledgers(session: Working, releasing_alone: Sequence[int]) -> list[Ledger]:
+    """A ledger per resource the session's pool manages besides GPUs (none: GPUs only)."""
+    return [Ledger(session, resource, releasing_alone) for resource in managed(session.snapshot.quotas)]
+
+
+# -- the rules, per resource ----------------------------------------------------------------
+
+
+def refusal(ledgers: Sequence[Ledger], job: int, chain: Sequence[int], kind: int) -> tuple[str, tuple[Any, ...]] | None:
+    """The first managed resource whose limit (CEILING) or guarantee (GUARANTEE) the job breaks
+    in its chain, as a reason naming the resource; None when every resource fits."""
+    for ledger in ledgers:
+        need = ledger.needs[job]
+        if not need:
+            continue
+        alloc = ledger.allocated
+        tree = ledger.tree
+        if kind == CEILING:
+            ceiling = ledger.ceiling
+            for node in chain:
+                if alloc[node] + need > ceiling[node]:
+                    break
+            else:
+                continue  # the common case: no limit or promise in the way
+            for node in chain:
+                if tree.limit[node] != NO_LIMIT and alloc[node] + need > tree.limit[node]:
+                    return (QUOTA_LIMIT, (tree.quota_name[node], alloc[node], need, tree.limit[node], ledger.name))
+            if any(alloc[node] + need > ledger.ceiling[node] for node in chain):
+                return (INSUFFICIENT_CAPACITY, ())  # promised to a beneficiary whose victims release
+        else:
+            for node in chain:
+                if alloc[node] + need > tree.admit_guaranteed[node]:
+                    guaranteed = tree.admit_guaranteed[node]
+                    return (GUARANTEED_ONLY, (tree.names[node], alloc[node], need, guaranteed, ledger.name))
+    return None
+
+
+def too_big(ledgers: Sequence[Ledger], job: int) -> tuple[str, tuple[Any, ...]] | None:
+    """A replica larger than every node, or a job larger than the pool, in a managed resource."""
+    for ledger in ledgers:
+        if ledger.oversized and job in ledger.oversized:
+            return ledger.oversized[job]
+    return None
