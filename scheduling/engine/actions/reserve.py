@@ -196,7 +196,7 @@ def soonest_fit(session: Session, res: Reservations, job: int) -> tuple[float, R
     ends = res.ends
     replicas_at: list[tuple[float, int]] = []
     for node, free in enumerate(cluster.dev_free):
-        if not ready[node] or len(free) < width:
+        if not ready[node] or len(free) < width or not could_hold(session, node, job):
             continue
         order = frees_at(now, free, ends[node])
         replicas_at.extend((order[k][0], node) for k in range(width - 1, len(order), width))
@@ -214,6 +214,13 @@ def soonest_fit(session: Session, res: Reservations, job: int) -> tuple[float, R
     return chosen[-1][0], replicas
 
 
+def could_hold(session: Session, node: int, job: int) -> bool:
+    """The node has the cores and memory of one replica once empty (0: not tracked): a node
+    too small for them is never reserved, however soon its GPUs free."""
+    spec, size = session.jobs[job], session.snapshot.nodes[node]
+    return (size.cpu <= 0 or size.cpu >= spec.cpu) and (size.memory_gib <= 0 or size.memory_gib >= spec.memory_gib)
+
+
 def emptiest_nodes(session: Session, res: Reservations, job: int) -> tuple[float, Replicas] | None:
     """No running job has an expected end: the nodes with the most free devices, whose holders'
     ends are unknown (the bucket index, so that a pool of thousands of nodes costs a few peeks)."""
@@ -225,6 +232,8 @@ def emptiest_nodes(session: Session, res: Reservations, job: int) -> tuple[float
     for level in range(cluster.max_gpus, 0, -1):
         for node in sorted(set(cluster.buckets[level])):
             if node in seen or cluster.whole[node] != level or cluster.gpus[node] < width:
+                continue
+            if not could_hold(session, node, job):
                 continue
             seen.add(node)
             free = [d for d, milli in enumerate(cluster.dev_free[node]) if milli >= MILLI]

@@ -165,9 +165,12 @@ def test_a_replica_goes_to_a_node_with_its_memory_free(managed: bool) -> None:
 
     assert {p.node for p in s.job("big").placements} == {"n-large"}
     assert s.state("more") == "pending"
+    # it waits at the head of its queue with a reservation (actions.reserve) on the only node
+    # whose memory can ever hold it, never on n-small, however free its GPUs
     assert (s.last.pending["more"].code, s.last.pending["more"].message) == (
         "no_fit",
-        "needs 1 GPU on one node with 600 GiB of memory; where the GPUs are free, the most free is 512 GiB of memory",
+        "reserved: n-large free when their jobs end (no expected end is known); 1 of the 1 GPU it needs are free "
+        "now and kept for it",
     )
 
 
