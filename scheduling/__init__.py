@@ -7,7 +7,9 @@
 - `lifecycle`: a job's state transitions. `selectors`, `estimates`, `usage`, `agent_selectors`: reads,
   shared by pages, API and consumers; `snapshot` (the cycle's), `quota_figures`, `metrics_reads`,
   `holders`, `invariants`, `estimate_base` (the estimate's snapshot): reads split out of `selectors`,
-  which re-exports their names; `mentions`: how a job is named to a reader who may not see it.
+  which re-exports their names; `mentions`: how a job is named to a reader who may not see it;
+  `resource_figures`: the CPU and memory figures of quotas in managed pools (the fair shares the
+  last cycle stored, what runs now).
 - `agent_beat`: reads too, the agent protocol's shapes and a beat's one read.
 - `allocation_history`, `quota_charts`, `quota_in_view`: reads too, the quota charts' series and
   figures, and the Overview's quota in view;
@@ -25,6 +27,6 @@
 - `tasks`, `providers`, `simulate/`: entry points.
 - `api/`, `views`, `forms`, `templatetags/`, `admin`, `management/`: interfaces. The pages that
   show jobs beside what lower apps hold are here too, since imports point down: `quota_views`
-  and `quota_actions` (Resource Quotas, the Quota page and its actions), `node_views` and `node_actions` (Nodes),
+  and `quota_actions` (Resource Quotas, the Quota page and its actions), `node_views` and `node_actions` (Nodes), `pool_views` (a pool's page),
   `workspace_views` (a workspace's Quotas and Usage tabs, member removal).
 """

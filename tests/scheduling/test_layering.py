@@ -60,6 +60,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "quota_in_view",
                 "page_figures",
                 "mentions",
+                "resource_figures",
             }
         ),
     ),
@@ -85,6 +86,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "quota_actions",
                 "node_views",
                 "node_actions",
+                "pool_views",
                 "workspace_views",
                 "forms",
                 "templatetags",

@@ -116,7 +116,7 @@ def test_preempt_evicts_strictly_lower_priority_in_the_same_quota(simulate: Simu
     assert states(waits, "low", "peer") == {"low": "running", "peer": "pending"}
     assert waits["jobs"]["low"]["preemptions"] == 0
     preempted = run["high-preempts-low"]
-    assert states(preempted, "low", "peer", "high") == {"low": "pending", "peer": "running", "high": "running"}
+    assert states(preempted, "low", "peer", "high") == {"low": "pending", "peer": "pending", "high": "running"}
     assert preempted["jobs"]["low"]["preemptions"] == 1
     assert allocated(preempted) == {"team": 4}
 
