@@ -27,6 +27,7 @@
 - `tasks`, `providers`, `simulate/`: entry points.
 - `api/`, `views`, `forms`, `templatetags/`, `admin`, `management/`: interfaces. The pages that
   show jobs beside what lower apps hold are here too, since imports point down: `quota_views`
-  and `quota_actions` (Resource Quotas, the Quota page and its actions), `node_views` and `node_actions` (Nodes), `pool_views` (a pool's page),
+  and `quota_actions` (Resource Quotas, the Quota page and its actions), `node_views` and `node_actions` (Nodes),
+  `pool_views` (a pool's page),
   `workspace_views` (a workspace's Quotas and Usage tabs, member removal).
 """
