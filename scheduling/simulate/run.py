@@ -148,9 +148,9 @@ class ScenarioRunner:
                             parent=spec.parent,
                             gpus=spec.gpus,
                             **{
-                                name: getattr(spec, name, None)
+                                name: getattr(spec, name)
                                 for name in SETTABLE_QUOTA_FIELDS
-                                if name != "gpus" and getattr(spec, name, None) is not None
+                                if name != "gpus" and getattr(spec, name) is not None
                             },
                         )
                         for spec in quota_specs
@@ -186,9 +186,9 @@ class ScenarioRunner:
         # scenario cannot give yet (cpu_limit, memory_gib_limit) is left to the service's default.
         for quota_spec in specs:
             options = {
-                name: getattr(quota_spec, name, None)
+                name: getattr(quota_spec, name)
                 for name in SETTABLE_QUOTA_FIELDS
-                if name != "gpus" and getattr(quota_spec, name, None) is not None
+                if name != "gpus" and getattr(quota_spec, name) is not None
             }
             try:
                 quota = quota_services.create_quota(
