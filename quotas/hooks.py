@@ -12,7 +12,7 @@ registers its `restrict` here as the quota visibility.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, NotRequired, TypedDict
+from typing import Any, TypedDict
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
@@ -29,15 +29,20 @@ class ResourceFigures(TypedDict):
     limit: float | None
 
 
-class QuotaStatus(TypedDict):
+class _GpuStatus(TypedDict):
     fair_share: float
     allocated: float
     allocated_self: float
     running: int
     pending: int
+
+
+class QuotaStatus(_GpuStatus, total=False):
     # Only where the quota's pool manages the resource (SCHEDULING.md "Managed resources").
-    cpu: NotRequired[ResourceFigures]
-    memory_gib: NotRequired[ResourceFigures]
+    # total=False rather than NotRequired: under postponed annotations Python 3.11 and the
+    # schema generator read NotRequired keys as required.
+    cpu: ResourceFigures
+    memory_gib: ResourceFigures
 
 
 class Preview(TypedDict):

@@ -22,7 +22,9 @@ from scheduling.models import (
     JobEvent,
     JobLog,
     ReplicaPlacementRecord,
+    ResourceFairShare,
     SchedulerFence,
+    SchedulingChange,
 )
 from utilities.admin import ReadOnlyAdmin, ReadOnlyInline
 
@@ -95,6 +97,18 @@ class CycleRecordAdmin(ReadOnlyAdmin):
 @admin.register(SchedulerFence)
 class SchedulerFenceAdmin(ReadOnlyAdmin):
     list_display = ["pk", "__str__"]
+
+
+@admin.register(SchedulingChange)
+class SchedulingChangeAdmin(ReadOnlyAdmin):
+    """Writes not yet seen by a committed cycle: rows left here mean the next beat runs one."""
+
+    list_display = ["pk", "reason"]
+
+
+@admin.register(ResourceFairShare)
+class ResourceFairShareAdmin(ReadOnlyAdmin):
+    list_display = ["quota", "shares", "at"]
 
 
 @admin.register(AllocationSample)

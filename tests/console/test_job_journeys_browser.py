@@ -50,15 +50,17 @@ def test_a_developer_submits_a_job_that_starts_now_and_one_that_waits(
     expect(page.get_by_test_id("placement")).to_contain_text("gpu-")
     check_accessibility(page)
 
-    # A second job beyond the 6 GPUs left: the estimate says it waits, in numbers.
+    # A second job beyond the 6 GPUs left: the estimate says it waits, in numbers, and that the
+    # 6 free GPUs are reserved for it (docs/scheduling.md "Reservations").
     page.get_by_role("link", name="Submit again").click()
     page.get_by_label("Job name").fill("train-big")
     page.get_by_label("GPUs per replica").fill("8")
-    expect(estimate).to_contain_text("Waits: needs 8 GPUs; 6 are free in the pool")
+    expect(estimate).to_contain_text("Waits: reserved: gpu-")
+    expect(estimate).to_contain_text("6 of the 8 GPUs it needs are free now and kept for it")
     page.get_by_role("button", name="Submit", exact=True).click()
     expect(page.get_by_role("heading", name="train-big")).to_be_visible()
     expect(page.get_by_test_id("job-state")).to_have_text("Pending")
-    expect(page.get_by_test_id("reason")).to_contain_text("needs 8 GPUs; 6 are free in the pool")
+    expect(page.get_by_test_id("reason")).to_contain_text("6 of the 8 GPUs it needs are free now and kept for it")
     expect(page.get_by_test_id("position")).to_contain_text("#1 in Quota1.1's queue")
 
     # The list shows both, with state, reason code and queue position.

@@ -147,11 +147,15 @@ def serve_pass(session: Session, bound: list[int] | None, resource_bound: int = 
                 continue
             tried.append(job)
             placed = None
-            if refusal is None and replica_of[job] < session.smallest_failed and not shape_failed(session, job):
+            own_hold = refusal is None and reserve.holds_own(session, job)
+            if own_hold:
+                # its own reservation first, so that it starts on the GPUs kept for it
+                placed = reserve.backfill(session, job)
+            elif refusal is None and replica_of[job] < session.smallest_failed and not shape_failed(session, job):
                 placed = session.place_gang(job, count_of[job])
                 if placed is None and count_of[job] == 1:
                     failed_to_place(session, job)
-            if placed is None and refusal is None:
+            if placed is None and refusal is None and not own_hold:
                 placed = reserve.backfill(session, job)  # reserved GPUs it cannot delay
             if placed is not None:
                 session.admit(job, placed)

@@ -248,6 +248,13 @@ def emptiest_nodes(session: Session, res: Reservations, job: int) -> tuple[float
     return None
 
 
+def holds_own(session: Session, job: int) -> bool:
+    """Whether the job keeps GPUs in a reservation of its own (it is placed there first)."""
+    res = session.reservations
+    kept = None if res is None else res.holds.get(job)
+    return kept is not None and bool(kept.devices)
+
+
 def backfill(session: Session, job: int) -> list[Placement] | None:
     """Place a job that found no room on GPUs of reservations it may use: its own, or those it
     cannot delay (see the module); None if there are none or it still does not fit."""
