@@ -115,17 +115,21 @@ def _jobs_covering(quota_ids: list[int], gpus: float) -> list[str]:
     return named
 
 
+# What New quota and Edit set beside the name and guarantees: one list, so the two forms
+# cannot drift apart when a setting is added.
+_SETTINGS = (
+    "limit",
+    "cpu_limit",
+    "memory_gib_limit",
+    "weight",
+    "child_preemption",
+    "same_level_preemption",
+    "queue_policy",
+)
+
+
 def _settings(cleaned: Mapping[str, Any]) -> dict[str, Any]:
-    fields = (
-        "limit",
-        "cpu_limit",
-        "memory_gib_limit",
-        "weight",
-        "child_preemption",
-        "same_level_preemption",
-        "queue_policy",
-    )
-    return {field: cleaned[field] for field in fields}
+    return {field: cleaned[field] for field in _SETTINGS}
 
 
 _SCALED = ("cpu", "memory_gib", "cpu_limit", "memory_gib_limit")
@@ -256,19 +260,7 @@ def quota_transfer(request: HttpRequest, quota: Quota) -> HttpResponse:
 
 @_admin_action
 def quota_edit(request: HttpRequest, quota: Quota) -> HttpResponse:
-    initial = {
-        field: getattr(quota, field)
-        for field in (
-            "name",
-            "limit",
-            "cpu_limit",
-            "memory_gib_limit",
-            "weight",
-            "child_preemption",
-            "same_level_preemption",
-            "queue_policy",
-        )
-    }
+    initial = {field: getattr(quota, field) for field in ("name", *_SETTINGS)}
     action = PreviewAction(
         title=f"Edit {quota.name}",
         intro="Scale changes the guarantee; here are the other settings.",
