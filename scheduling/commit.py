@@ -117,6 +117,15 @@ class _Commit(_CommitRows):
         # event's beneficiary column names that one as each reader may learn of it.
         message = f"evicted by {decision.rule}"
         values = released_values(requeue=seen.requeue, now=self.now, message=message)
+        # Requeued, the victim stays promised to its beneficiary until that job starts (cleared by
+        # the admissions of this commit when it starts now), as a victim released after its grace
+        # does: else, while the beneficiary waits for another victim, it could take its GPUs back
+        # and be evicted again for the same job (SCHEDULING.md §5, no ping-pong).
+        promised = (
+            beneficiary_pk
+            if values["state"] == JobState.PENDING and decision.rule != engine_types.CONSOLIDATION
+            else None
+        )
         self.released_rows.append(
             (
                 seen.pk,
@@ -125,6 +134,7 @@ class _Commit(_CommitRows):
                 values["finished_at"],
                 values["reason_code"],
                 values["reason_message"],
+                promised,
             )
         )
         kind, event_message = released_event(requeue=seen.requeue, message=message)

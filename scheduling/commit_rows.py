@@ -137,7 +137,7 @@ class _CommitRows:
         written += bulk.update_as_seen(
             Job,
             state=JobState.RUNNING,
-            columns=("state", "finished_at", "reason_code", "reason_message"),
+            columns=("state", "finished_at", "reason_code", "reason_message", "beneficiary_id"),
             rows=self.released_rows,
             fixed=(
                 ("revision", "revision + 2", ()),
@@ -147,7 +147,6 @@ class _CommitRows:
                 ("started_at", "NULL", ()),
                 ("evicted_at", "NULL", ()),
                 ("release_at", "NULL", ()),
-                ("beneficiary_id", "NULL", ()),
                 ("position", "NULL", ()),
             ),
         )

@@ -49,10 +49,15 @@ def apply(snapshot: Snapshot, result: CycleResult, now: float | None = None) -> 
             )
         elif isinstance(decision, Evict):
             job = jobs[decision.job_id]
-            if job.grace_seconds > 0 and decision.rule != "consolidation":
+            if decision.rule == "consolidation":
+                jobs[job.id] = _requeued(job)  # moved, not displaced: it goes wherever it fits next
+            elif job.grace_seconds > 0:
                 jobs[job.id] = replace(job, state=RELEASING, beneficiary=decision.beneficiary, evicted_at=when)
             else:
-                jobs[job.id] = _requeued(job)
+                # Back in the queue at once, but promised away like a released victim: while its
+                # beneficiary still waits (for another victim's grace), it must not take back
+                # what it gave up, or it is evicted a second time for the same job.
+                jobs[job.id] = replace(_requeued(job), beneficiary=decision.beneficiary)
         elif isinstance(decision, Shrink):
             job = jobs[decision.job_id]
             remaining = list(job.placements)

@@ -183,6 +183,42 @@ def test_without_a_grace_period_the_victim_is_released_in_the_same_commit(cluste
     assert kinds(borrower)[-2:] == ["evicted", "requeued"]
 
 
+def test_a_victim_without_grace_stays_promised_while_its_beneficiary_waits_for_another() -> None:
+    """The owner needs two victims: one with no grace period (back in the queue at once) and one
+    releasing for 30 s. The first must not take its GPUs back meanwhile (it would be evicted twice
+    for the owner): it names the owner until the owner starts, as a victim released after its grace."""
+    from tests.scheduling.conftest import build_cluster
+
+    clock = SimulatedClock()
+    with use_clock(clock):
+        cluster = build_cluster(
+            node_gpus=(8, 8, 8), tree=(("Quota1", None, 24), ("team-a", "Quota1", 8), ("team-b", "Quota1", 16))
+        )
+        cluster.submit("own", "team-a", gpus=8, preemptible=False)
+        cluster.submit("quick", "team-a", gpus=8, grace_seconds=0)
+        cluster.submit("slow", "team-a", gpus=8, grace_seconds=30)
+        services.converge()
+        cluster.submit("owner", "team-b", gpus=8, replicas=2, kind="inference")
+        services.converge()
+        quick, owner = cluster.job("quick"), cluster.jobs["owner"]
+        assert (quick.state, quick.beneficiary_id) == (JobState.PENDING, owner.pk)
+        assert (cluster.state("slow"), cluster.state("owner")) == (JobState.RELEASING, JobState.PENDING)
+
+        clock.advance(10)
+        services.converge()
+        assert (cluster.state("quick"), cluster.state("owner")) == (JobState.PENDING, JobState.PENDING)
+
+        clock.advance(20)
+        from scheduling.executors import get_executor
+
+        get_executor().tick(clock.now())
+        services.converge()
+        assert cluster.state("owner") == JobState.RUNNING
+        assert cluster.job("quick").beneficiary_id is None  # the promise is kept: it queues as anyone
+        evicted = JobEvent.objects.filter(kind="evicted", job__name__in=["quick", "slow"]).count()
+        assert evicted == 2 and not services.run_cycle(trigger="test").decisions
+
+
 def test_a_victim_that_asked_not_to_be_requeued_fails(cluster: Cluster) -> None:
     _borrow_everything(cluster, requeue=False)
     cluster.submit("owner", "team-b", gpus=8, kind="inference")

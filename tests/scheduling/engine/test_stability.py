@@ -161,3 +161,21 @@ def test_released_victim_waits_while_its_beneficiary_starts() -> None:
     # once the beneficiary runs (or is gone), the link is ignored
     result = schedule(Snapshot(node, team, (victim,), now=100.0))
     assert [d.job_id for d in result.decisions if isinstance(d, Admit)] == ["v"]
+
+
+def test_a_victim_without_grace_names_its_beneficiary_until_it_starts() -> None:
+    """serve needs t1 (no grace: back in the queue at once) and t2 (30 s of grace). While t2
+    releases, t1 stays promised to serve, so it cannot take back its GPUs and be evicted twice."""
+    tree = quotas(("org", None, 24), ("team-a", "org", 8), ("team-b", "org", 16))
+    s = Scenario(nodes("n", 3, 8), tree)
+    s.submit("t0", "team-a", 8, preemptible=False)
+    s.submit("t1", "team-a", 8, grace_seconds=0).submit("t2", "team-a", 8, grace_seconds=30)
+    s.submit("serve", "team-b", 8, replicas=2, kind="inference")
+    assert sorted(evictions(s)) == [("t1", "serve"), ("t2", "serve")]
+    assert s.job("t1").state == "pending" and s.job("t1").beneficiary == "serve"
+    s.advance(10)
+    assert s.decisions == [] and s.state("t1") == "pending"
+    s.advance(20)
+    assert s.state("serve") == "running" and s.job("t1").beneficiary is None
+    s.advance(30)
+    assert s.decisions == []
