@@ -333,13 +333,7 @@ def _stacked_area(
             }
         )
         below = [round(base + own, 3) for base, own in zip(below, allocated[index], strict=True)]
-    layout = base_layout(
-        xaxis=time_axis(),
-        yaxis=_gpu_axis(),
-        hovermode="x unified",
-        legend={"orientation": "h", "y": -0.25},
-        margin={"l": 48, "r": 16, "t": 8, "b": 24},
-    )
+    layout = _gpus_over_time_layout()
     live = {
         **_live_clock(now, span),
         "kind": "stacked",
@@ -348,6 +342,18 @@ def _stacked_area(
         "quotas": {str(quota_id): list(series.figures[quota_id][-1][:2]) for quota_id in series.figures},
     }
     return {"data": [*areas, *lines], "layout": layout, "live": live}
+
+
+def _gpus_over_time_layout() -> dict[str, Any]:
+    """The Overview's stacked area and the Monitoring tab's lines: GPUs over time, one hover
+    label for every trace at a moment, the legend under the plot."""
+    return base_layout(
+        xaxis=time_axis(),
+        yaxis=_gpu_axis(),
+        hovermode="x unified",
+        legend={"orientation": "h", "y": -0.25},
+        margin={"l": 48, "r": 16, "t": 8, "b": 24},
+    )
 
 
 def quota_monitoring(*, quota_id: int, now: datetime, span: ChartRange = DEFAULT_RANGE) -> dict[str, Any] | None:
@@ -379,12 +385,6 @@ def quota_monitoring(*, quota_id: int, now: datetime, span: ChartRange = DEFAULT
         }
         for name, field, line, fill in lines
     ]
-    layout = base_layout(
-        xaxis=time_axis(),
-        yaxis=_gpu_axis(),
-        hovermode="x unified",
-        legend={"orientation": "h", "y": -0.25},
-        margin={"l": 48, "r": 16, "t": 8, "b": 24},
-    )
+    layout = _gpus_over_time_layout()
     live = {**_live_clock(now, span), "kind": "quota", "quota": quota_id, "figures": list(figures[-1])}
     return {"data": traces, "layout": layout, "live": live}
