@@ -15,63 +15,22 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import AbstractUser
 from playwright.sync_api import Locator, Page, expect
 
-from quotas import services as quota_services
-from quotas.models import Quota
-from scheduling import services as job_services
 from scheduling.models import Job
 from tests.console.conftest import check_accessibility, quota_id
-from tests.console.test_journey6_browser import submit_through_the_api
-from tests.console.test_live_browser import AsgiServer, cancel_through_the_api, sign_in_as
-from workspaces import services as workspace_services
+from tests.console.test_journey6_browser import submit_through_the_api, two_teams  # noqa: F401 (a fixture)
+from tests.console.test_live_browser import asgi_server, cancel_through_the_api, served, sign_in_as  # noqa: F401 (fixtures)
+from tests.console.test_quota_overview_in_view import deeper_pai  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(150)]
 
 SHOTS = Path(os.environ.get("LIVE_SHOTS", "/tmp/shots-live-quotas"))
 TRACE_NAMES = "(element) => element.data.map((trace) => trace.name)"
-
-
-@pytest.fixture
-def served_url(transactional_db: None) -> Iterator[str]:
-    server = AsgiServer()
-    server.start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def two_teams(make_user: Callable[..., AbstractUser], settings: Any) -> dict[str, AbstractUser]:
-    """4 nodes × 8 GPUs; team-a guarantees 24, team-d 8; dan (team-d) runs train-d on 8 GPUs,
-    his whole guarantee; alice works in team-a's workspace."""
-    settings.SCHEDULER_TRIGGER = "inline"
-    settings.SCHEDULER_PUBLISH_EVENTS = True
-    users = {
-        "admin": make_user("platform-admin", platform_admin=True),
-        "dan": make_user("dan"),
-        "alice": make_user("alice"),
-    }
-    for index in range(1, 5):
-        quota_services.create_node(actor=None, name=f"dgx-{index}", gpus=8)
-    team_a = quota_services.create_quota(actor=None, name="team-a", gpus=24)
-    team_d = quota_services.create_quota(actor=None, name="team-d", gpus=8)
-    for name, quota, user in (("workspace-a", team_a, users["alice"]), ("workspace-d", team_d, users["dan"])):
-        workspace = workspace_services.create_workspace(actor=None, name=name, quotas=[quota])
-        workspace_services.add_member(actor=None, workspace=workspace, user=user, role="developer")
-    job_services.submit_job(
-        actor=users["dan"], workspace=workspace, quota=team_d, name="train-d", kind="training", gpus=8, replicas=1
-    )
-    job_services.converge()
-    assert Job.objects.get(name="train-d").state == "running"
-    return users
 
 
 def quota_row(page: Page, name: str) -> Locator:
@@ -103,12 +62,14 @@ def still_the_same_page(page: Page) -> bool:
 
 
 def test_the_quota_list_rows_follow_a_start_and_a_reclaim_without_a_reload(
-    served_url: str, two_teams: dict[str, AbstractUser], browser_page: Page
+    asgi_server: str,  # noqa: F811
+    two_teams: dict[str, AbstractUser],  # noqa: F811
+    browser_page: Page,
 ) -> None:
     page = browser_page
     problems = watch_for_reloads(page)
-    sign_in_as(page, served_url, "platform-admin")
-    page.goto(f"{served_url}/quotas/")
+    sign_in_as(page, asgi_server, "platform-admin")
+    page.goto(f"{asgi_server}/quotas/")
     expect(page.get_by_test_id("live-status")).to_have_text("Live")
     team_a, team_d = quota_row(page, "team-a"), quota_row(page, "team-d")
     expect(team_d.get_by_test_id("allocated")).to_have_text("8")
@@ -147,7 +108,7 @@ def test_the_quota_list_rows_follow_a_start_and_a_reclaim_without_a_reload(
     shoot(page, "list-reclaimed")
 
     # The platform admin's Dashboard: train-d is cancelled elsewhere; its 8 GPUs fall idle.
-    page.goto(f"{served_url}/")
+    page.goto(f"{asgi_server}/")
     expect(page.get_by_test_id("gpus-in-use")).to_have_text("32 of 32")
     expect(page.get_by_test_id("jobs-pending")).to_have_text("1")
     expect(page.get_by_test_id("live-status")).to_have_text("Live")
@@ -162,12 +123,14 @@ def test_the_quota_list_rows_follow_a_start_and_a_reclaim_without_a_reload(
 
 
 def test_a_members_dashboard_quota_page_and_jobs_list_follow_a_start(
-    served_url: str, two_teams: dict[str, AbstractUser], browser_page: Page
+    asgi_server: str,  # noqa: F811
+    two_teams: dict[str, AbstractUser],  # noqa: F811
+    browser_page: Page,
 ) -> None:
     page = browser_page
     problems = watch_for_reloads(page)
-    sign_in_as(page, served_url, "dan")
-    page.goto(f"{served_url}/")
+    sign_in_as(page, asgi_server, "dan")
+    page.goto(f"{asgi_server}/")
     expect(page.get_by_test_id("live-status")).to_have_text("Live")
     mine = page.get_by_test_id("my-quotas").locator("tr[data-quota='team-d'] td")
     expect(mine.nth(3)).to_have_text("8")  # allocated
@@ -184,7 +147,7 @@ def test_a_members_dashboard_quota_page_and_jobs_list_follow_a_start(
     shoot(page, "dashboard-member")
 
     # The quota page's Overview tab: the figures of team-d follow alice's reclaim.
-    page.goto(f"{served_url}/quotas/{quota_id('team-d')}/")
+    page.goto(f"{asgi_server}/quotas/{quota_id('team-d')}/")
     allocated = page.get_by_test_id("allocated-now")
     expect(allocated).to_contain_text("Allocated now: 32 GPUs (32 by its own jobs); 2 running, 0 pending.")
     expect(page.get_by_test_id("live-status")).to_have_text("Live")
@@ -198,8 +161,8 @@ def test_a_members_dashboard_quota_page_and_jobs_list_follow_a_start(
     # The Jobs list, as alice: a job she submits from elsewhere (the API) shows without a reload:
     # the job listed does not change, her workspace's topic hears the new one.
     page.context.clear_cookies()
-    sign_in_as(page, served_url, "alice")
-    page.goto(f"{served_url}/jobs/")
+    sign_in_as(page, asgi_server, "alice")
+    page.goto(f"{asgi_server}/jobs/")
     expect(page.get_by_test_id("job-row")).to_have_count(1)
     expect(page.get_by_test_id("live-status")).to_have_text("Live")
     not_reloaded(page)
@@ -213,17 +176,6 @@ def test_a_members_dashboard_quota_page_and_jobs_list_follow_a_start(
     check_accessibility(page)
     shoot(page, "jobs-alice")
     assert problems == []
-
-
-@pytest.fixture
-def deeper_pai(pai_world: dict[str, AbstractUser], settings: Any) -> dict[str, AbstractUser]:
-    """PAI's tree with a level more: Quota1.1 (12) splits into Quota1.1.a (8) and Quota1.1.b (4).
-    train-b (24 GPUs on Quota1.1) borrows Quota1.2's idle GPUs."""
-    parent = Quota.objects.get(name="Quota1.1")
-    quota_services.create_quota(actor=None, name="Quota1.1.a", parent=parent, gpus=8)
-    quota_services.create_quota(actor=None, name="Quota1.1.b", parent=parent, gpus=4)
-    job_services.converge()  # a cycle records the new quotas' figures (the history's first samples)
-    return pai_world
 
 
 def band_names(page: Page) -> list[str]:
@@ -244,12 +196,14 @@ def click_treemap_box(page: Page, name: str) -> None:
 
 
 def test_the_overview_stacks_the_children_of_the_box_clicked_and_of_the_quota_picked(
-    served_url: str, deeper_pai: dict[str, AbstractUser], browser_page: Page
+    asgi_server: str,  # noqa: F811
+    deeper_pai: dict[str, AbstractUser],  # noqa: F811
+    browser_page: Page,
 ) -> None:
     page = browser_page
     problems = watch_for_reloads(page)
-    sign_in_as(page, served_url, "platform-admin")
-    page.goto(f"{served_url}/quotas/?view=overview")
+    sign_in_as(page, asgi_server, "platform-admin")
+    page.goto(f"{asgi_server}/quotas/?view=overview")
     chart = page.get_by_test_id("quota-allocation")
     expect(chart).to_have_attribute("data-ready", "true")
     expect(page.get_by_test_id("quota-treemap")).to_have_attribute("data-ready", "true")
