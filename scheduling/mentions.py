@@ -21,6 +21,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from quotas.bounds import readable
 from scheduling.models import HOLDING_STATES, Job
+from scheduling.selectors import job_events
 from workspaces.permissions import restrict
 
 # None is the scheduler itself (the scenario runner's actor): it may name every job.
@@ -224,7 +225,7 @@ def job_history(reader: Reader, job: Job) -> list[EventSeen]:
     """The job's events, oldest first, each naming the job it made room for as `reader` may learn
     of it: a job of a workspace the reader cannot open is its quota, workspace and GPUs, in the
     beneficiary column and in the scheduler's sentence alike. Three queries, however long."""
-    events = list(job.events.order_by("at", "id"))
+    events = list(job_events(job=job))
     mentions = mention_jobs(reader, {event.beneficiary_id for event in events if event.beneficiary_id is not None})
     hidden = [mention for mention in mentions.values() if not mention.visible]
     return [

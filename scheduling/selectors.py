@@ -57,7 +57,9 @@ def slurm_job_ids(job: Job) -> list[int]:
 
 
 def job_events(*, job: Job) -> QuerySet[JobEvent]:
-    return job.events.select_related("beneficiary").order_by("at", "id")
+    """The job's history, oldest first. The job each event made room for is named by
+    scheduling.mentions.job_history, as its reader may learn of it, so it is not read here."""
+    return job.events.order_by("at", "id")
 
 
 def last_cycle() -> CycleRecord | None:
