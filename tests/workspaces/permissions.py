@@ -131,18 +131,19 @@ def world(db: None) -> PermissionWorld:
     return build_world()
 
 
+def client_as(world: PermissionWorld, persona: str) -> APIClient:
+    """An API client signed in as a persona of `world` (anonymous: not signed in)."""
+    client = APIClient()
+    user = world.user(persona)
+    if user is not None:
+        client.force_authenticate(user=user)
+    return client
+
+
 @pytest.fixture
 def persona_client(world: PermissionWorld) -> Callable[[str], APIClient]:
     """An API client signed in as a persona of the world (anonymous: not signed in)."""
-
-    def make(persona: str) -> APIClient:
-        client = APIClient()
-        user = world.user(persona)
-        if user is not None:
-            client.force_authenticate(user=user)
-        return client
-
-    return make
+    return lambda persona: client_as(world, persona)
 
 
 @dataclass(frozen=True)

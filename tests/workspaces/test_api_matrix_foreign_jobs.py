@@ -12,12 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from rest_framework.test import APIClient
 
 from quotas.models import Node, Quota
 from scheduling import services as job_services
 from scheduling.models import Job, JobState
-from tests.workspaces.permissions import Endpoint, PermissionWorld, build_world, matrix_cases, row
+from tests.workspaces.permissions import Endpoint, PermissionWorld, build_world, client_as, matrix_cases, row
 from workspaces import services as workspace_services
 
 pytestmark = pytest.mark.django_db
@@ -86,14 +85,6 @@ def events_world(db: None, settings: Any) -> PermissionWorld:
     return world
 
 
-def _client(world: PermissionWorld, persona: str) -> APIClient:
-    client = APIClient()
-    user = world.user(persona)
-    if user is not None:
-        client.force_authenticate(user=user)
-    return client
-
-
 DRY_RUN = Endpoint(
     "job-dry-run-evicting-foreign",
     "POST",
@@ -143,7 +134,7 @@ def test_a_dry_run_names_a_foreign_victim_by_quota_and_workspace(
 ) -> None:
     world = dry_run_world
     victim = Job.objects.get(name="foreign-train")
-    response = endpoint.call(_client(world, persona), world)
+    response = endpoint.call(client_as(world, persona), world)
     assert response.status_code == status, response.content
     if status != 200:
         assert "foreign-train" not in response.content.decode()
@@ -167,7 +158,7 @@ def test_a_history_names_a_foreign_beneficiary_by_quota_and_workspace(
 ) -> None:
     world = events_world
     own, beneficiary = Job.objects.get(name="own-train"), Job.objects.get(name="foreign-urgent")
-    response = _client(world, persona).get(endpoint.url.format(own_job=own.pk), format="json")
+    response = client_as(world, persona).get(endpoint.url.format(own_job=own.pk), format="json")
     assert response.status_code == status, response.content
     if persona not in SEES_THE_NAME:
         assert "foreign-urgent" not in response.content.decode()
@@ -211,7 +202,7 @@ def test_a_history_names_a_beneficiary_of_the_own_workspace(events_world: Permis
     )
     job_services.converge()
     own = Job.objects.get(name="own-train")
-    events = _client(world, "visitor").get(f"/api/v1/jobs/{own.pk}/events/").json()
+    events = client_as(world, "visitor").get(f"/api/v1/jobs/{own.pk}/events/").json()
     last_eviction = [event for event in events if event["kind"] == "evicted"][-1]
     assert last_eviction["beneficiary"] == "own-urgent"
     assert last_eviction["beneficiary_job"]["visible"] is True
