@@ -151,7 +151,21 @@ def quota_changes(quota_ids: Collection[int]) -> list[TopicChange]:
                 "allocated_self": round(status["allocated_self"], 3),
                 "running": status["running"],
                 "pending": status["pending"],
+                **_managed_resource_figures(status),
             },
         )
         for quota_id, status in statuses.items()
     ]
+
+
+def _managed_resource_figures(status: Mapping[str, Any]) -> dict[str, float]:
+    """CPU and memory of a quota whose pool manages them, flat (`cpu_allocated`,
+    `memory_gib_fair_share`) as a page's live cells name one field each; none for a GPU-only pool.
+    A guarantee or limit changes only with an edit, which reloads the page."""
+    figures: dict[str, float] = {}
+    for resource in ("cpu", "memory_gib"):
+        managed = status.get(resource)
+        if managed:
+            figures[f"{resource}_allocated"] = round(managed["allocated"], 3)
+            figures[f"{resource}_fair_share"] = round(managed["fair_share"], 3)
+    return figures

@@ -21,6 +21,8 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 from playwright.sync_api import Locator, Page, expect
 
+from quotas import services as quota_services
+from quotas.models import Node, Quota
 from scheduling.models import Job
 from tests.console.conftest import check_accessibility, quota_id
 from tests.console.test_journey6_browser import submit_through_the_api, two_teams  # noqa: F401 (a fixture)
@@ -258,4 +260,44 @@ def test_the_overview_stacks_the_children_of_the_box_clicked_and_of_the_quota_pi
     level = page.get_by_test_id("quota-treemap").evaluate("(element) => String(element.data[0].level || '')")
     assert level == str(quota_id("Quota1"))
     assert still_the_same_page(page), "the picker reloaded the page"
+    assert problems == []
+
+
+def test_the_cpu_and_memory_cells_follow_a_start_without_a_reload(
+    asgi_server: str,  # noqa: F811
+    two_teams: dict[str, AbstractUser],  # noqa: F811
+    browser_page: Page,
+) -> None:
+    """The pool manages CPU and memory (its roots guarantee them): when team-d's job of 3 × 16
+    cores and 64 GiB starts, team-d's CPU and memory cells say so, with no reload."""
+    for node in Node.objects.all():  # 4 nodes of 64 cores and 512 GiB
+        quota_services.update_node(actor=None, node=node, cpu=64, memory_gib=512)
+    for name, cpu, memory in (("team-a", 192, 1536), ("team-d", 64, 512)):
+        quota_services.scale_quota(actor=None, quota=Quota.objects.get(name=name), cpu=cpu, memory_gib=memory)
+    page = browser_page
+    problems = watch_for_reloads(page)
+    sign_in_as(page, asgi_server, "platform-admin")
+    page.goto(f"{asgi_server}/quotas/")
+    expect(page.get_by_test_id("live-status")).to_have_text("Live")
+    team_d = quota_row(page, "team-d")
+    expect(team_d.get_by_test_id("resource-cpu")).to_have_text(re.compile(r"^0 / 64\s*fair \S+ · limit none$"))
+    not_reloaded(page)
+
+    submit_through_the_api(
+        two_teams["dan"],
+        name="cpu-d",
+        workspace="workspace-d",
+        quota="team-d",
+        kind="training",
+        gpus=1,
+        replicas=3,
+        cpu=16,
+        memory_gib=64,
+    )
+    expect(team_d.get_by_test_id("resource-cpu")).to_have_text(re.compile(r"^48 / 64\s*fair 48 · limit none$"))
+    expect(team_d.get_by_test_id("resource-memory_gib")).to_have_text(re.compile(r"^192 / 512\s*fair \S+ · limit"))
+    assert Job.objects.get(name="cpu-d").state == "running"
+    assert still_the_same_page(page), "the page was reloaded"
+    check_accessibility(page)
+    shoot(page, "list-cpu")
     assert problems == []
