@@ -12,6 +12,7 @@ from django.contrib.auth.models import AbstractUser
 from django.core.management import call_command
 from django.test import Client
 
+from quotas import selectors as quota_selectors
 from quotas import services as quota_services
 from quotas.models import AuditRecord, Node, Quota, ResourcePool
 from scheduling import services as job_services
@@ -98,6 +99,12 @@ def test_the_demo_has_a_second_pool_with_its_own_tree_and_a_job_on_its_nodes(set
     sweep = Job.objects.get(name="sweep-a100")
     assert sweep.state == "running"
     assert set(sweep.placements.values_list("node__pool__name", flat=True)) == {"a100"}
+    # The a100 pool manages CPU and memory: its quotas' status carries them, the default pool's not.
+    sweeps, quota1 = Quota.objects.get(name="Batch.sweeps"), Quota.objects.get(name="Quota1")
+    statuses = quota_selectors.quota_statuses([sweeps, quota1])
+    assert statuses[sweeps.pk]["cpu"]["allocated"] == 64 and statuses[sweeps.pk]["cpu"]["guaranteed"] == 192
+    assert statuses[sweeps.pk]["memory_gib"]["allocated"] == 512
+    assert "cpu" not in statuses[quota1.pk]
 
 
 def test_new_quota_roots_a_quota_in_the_chosen_pool(pai_world: dict[str, AbstractUser], a100: ResourcePool) -> None:

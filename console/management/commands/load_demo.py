@@ -3,7 +3,8 @@
 16 nodes × 8 GPUs; Quota1 = 128 GPUs with child-level preemption, children Quota1.1 = 48 and
 Quota1.2 = 80; workspace-a/-b/-c bound to them. A second pool, `a100`, of 4 nodes × 8 A100s
 with its own small tree (Batch = 32: Batch.sweeps = 24, Batch.eval = 8), so that a newcomer sees
-that each pool has its own nodes and quotas; workspace-b is bound to Batch.sweeps too; a
+that each pool has its own nodes and quotas; that pool manages CPU and memory too (Batch
+guarantees 256 cores and 2,048 GiB, its children 192/1,536 and 64/512); workspace-b is bound to Batch.sweeps too; a
 platform admin and a few team users (their passwords are in the README); a few running and
 pending jobs so the console is alive.
 Everything goes through the same services the console uses.
@@ -55,7 +56,7 @@ DEMO_JOBS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("erin", "workspace-c", "Quota1.2", {"name": "train-c", "kind": "training", "gpus": 8, "replicas": 8}),
     ("carol", "workspace-c", "Quota1.2", {"name": "finetune-c", "kind": "training", "gpus": 4, "duration": 900}),
     ("dave", "workspace-b", "Quota1.1", {"name": "sweep-b", "kind": "training", "gpus": 8, "replicas": 4}),
-    ("dave", "workspace-b", "Batch.sweeps", {"name": "sweep-a100", "kind": "training", "gpus": 4, "replicas": 2}),
+    ("dave", "workspace-b", "Batch.sweeps", {"name": "sweep-a100", "kind": "training", "gpus": 4, "replicas": 2, "cpu": 32, "memory_gib": 256}),
 ]
 A100_POOL = "a100"
 
@@ -99,9 +100,15 @@ class Command(BaseCommand):
                     gpu_model="NVIDIA A100",
                     pool=a100,
                 )
-            batch = quota_services.create_quota(actor=admin, name="Batch", gpus=32, pool=a100)
-            quota_services.create_quota(actor=admin, name="Batch.sweeps", parent=batch, gpus=24)
-            quota_services.create_quota(actor=admin, name="Batch.eval", parent=batch, gpus=8)
+            # The a100 pool manages CPU and memory too (its root sets them), so that a newcomer
+            # sees the CPU and memory columns and a job waiting for cores rather than GPUs.
+            batch = quota_services.create_quota(
+                actor=admin, name="Batch", gpus=32, cpu=256, cpu_limit=256, memory_gib=2048, pool=a100
+            )
+            quota_services.create_quota(
+                actor=admin, name="Batch.sweeps", parent=batch, gpus=24, cpu=192, memory_gib=1536
+            )
+            quota_services.create_quota(actor=admin, name="Batch.eval", parent=batch, gpus=8, cpu=64, memory_gib=512)
             workspaces = {
                 name: workspace_services.create_workspace(
                     actor=admin,
