@@ -56,7 +56,12 @@ DEMO_JOBS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("erin", "workspace-c", "Quota1.2", {"name": "train-c", "kind": "training", "gpus": 8, "replicas": 8}),
     ("carol", "workspace-c", "Quota1.2", {"name": "finetune-c", "kind": "training", "gpus": 4, "duration": 900}),
     ("dave", "workspace-b", "Quota1.1", {"name": "sweep-b", "kind": "training", "gpus": 8, "replicas": 4}),
-    ("dave", "workspace-b", "Batch.sweeps", {"name": "sweep-a100", "kind": "training", "gpus": 4, "replicas": 2, "cpu": 32, "memory_gib": 256}),
+    (
+        "dave",
+        "workspace-b",
+        "Batch.sweeps",
+        {"name": "sweep-a100", "kind": "training", "gpus": 4, "replicas": 2, "cpu": 32, "memory_gib": 256},
+    ),
 ]
 A100_POOL = "a100"
 
