@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -233,8 +234,118 @@ def states(ids: list[int]) -> dict[str, int]:
     return {str(state): int(count) for state, count in rows}
 
 
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else float("nan")
+
+
+def spread(values: list[float]) -> str:
+    """Median and 90th percentile, in seconds."""
+    ordered = sorted(values)
+    if not ordered:
+        return "none"
+    return f"median {median(ordered):.2f} s, p90 {ordered[int(len(ordered) * 0.9)]:.2f} s"
+
+
+def console_phases(queued: list[int], began_wall: float, seconds: float, slots: int, part: str) -> None:
+    """Where a slot's turnover went: the console's own records of the drained jobs (admitted, ended)
+    and the cycles in the drain, read from the database before it is dropped."""
+    from scheduling.models import CycleRecord, Job
+
+    held = [
+        (finished - started).total_seconds()
+        for started, finished in Job.objects.filter(pk__in=queued, finished_at__isnull=False).values_list(
+            "started_at", "finished_at"
+        )
+        if started is not None and finished is not None
+    ]
+    cycles = list(
+        CycleRecord.objects.filter(started_at__gte=datetime.fromtimestamp(began_wall, UTC)).values_list(
+            "duration_ms", "admitted"
+        )
+    )
+    busy = sum(held) / (slots * seconds) if seconds else 0.0
+    say(
+        f"({part}) a slot turned over every {slots * seconds / max(1, len(held)):.2f} s; "
+        f"admission to end recorded: {spread(held)}; slots held by a console job {busy:.0%} of the drain; "
+        f"{len(cycles)} cycles, median {median([c[0] for c in cycles]):.0f} ms, "
+        f"{sum(c[1] for c in cycles)} admissions"
+    )
+
+
+def slurm_phases(cluster: SlurmCluster, queued: list[int], part: str) -> None:
+    """(b): admission → sbatch answered → Slurm's start → Slurm's end → the console saw it → the job
+    ended in the console, from the console's rows and squeue's times (whole seconds)."""
+    import json as json_module
+
+    from scheduling.models import Job
+    from slurm.models import SlurmJob
+
+    admitted: dict[int, datetime] = {
+        pk: at for pk, at in Job.objects.filter(pk__in=queued).values_list("pk", "started_at") if at is not None
+    }
+    finished: dict[int, datetime] = {
+        pk: at for pk, at in Job.objects.filter(pk__in=queued).values_list("pk", "finished_at") if at is not None
+    }
+    rows = list(
+        SlurmJob.objects.filter(job_id__in=queued).values_list("job_id", "slurm_id", "submitted_at", "ended_at")
+    )
+    try:
+        answer = json_module.loads(cluster.command("squeue", "--json", "--states=all"))
+    except (subprocess.TimeoutExpired, ValueError):
+        return
+    times = {int(row["job_id"]): (row.get("start_time"), row.get("end_time")) for row in answer.get("jobs", [])}
+    to_sbatch, to_start, to_end, to_seen, to_finish = [], [], [], [], []
+    for job_id, slurm_id, submitted_at, ended_at in rows:
+        start, end = times.get(int(slurm_id or 0), (None, None))
+        if admitted.get(job_id) and submitted_at:
+            to_sbatch.append((submitted_at - admitted[job_id]).total_seconds())
+        if start and submitted_at:
+            to_start.append(start - submitted_at.timestamp())
+        if start and end:
+            to_end.append(end - start)
+        if end and ended_at:
+            to_seen.append(ended_at.timestamp() - end)
+        if ended_at and finished.get(job_id):
+            to_finish.append((finished[job_id] - ended_at).total_seconds())
+    for what, values in (
+        ("admitted -> sbatch answered", to_sbatch),
+        ("sbatch answered -> Slurm started it (1 s steps)", to_start),
+        ("Slurm started -> Slurm ended (1 s steps)", to_end),
+        ("Slurm ended -> the console saw it (1 s steps)", to_seen),
+        ("the console saw it -> the job ended", to_finish),
+    ):
+        say(f"({part}) {what}: {spread(values)}")
+    say(f"({part}) slurmctld's RPCs: {rpc_counts(cluster)}")
+
+
+def rpc_counts(cluster: SlurmCluster) -> str:
+    """sdiag's count of each kind of RPC that slurmctld answered since its start (or `sdiag -r`)."""
+    try:
+        text = cluster.command("sdiag")
+    except (subprocess.TimeoutExpired, AssertionError):
+        return "sdiag did not answer"
+    counts = []
+    in_types = False
+    for line in text.splitlines():
+        if line.startswith("Remote Procedure Call statistics by message type"):
+            in_types = True
+            continue
+        if in_types and not line.strip():
+            break
+        if in_types and "count:" in line:
+            name, _, rest = line.strip().partition("(")
+            count = rest.split("count:")[1].split()[0]
+            counts.append(f"{name.strip().removeprefix('REQUEST_').lower()} {count}")
+    return ", ".join(counts[:12])
+
+
 def drain(
-    world: tuple[Any, Any, Any], args: argparse.Namespace, fillers_started: Callable[[list[int]], bool], part: str
+    world: tuple[Any, Any, Any],
+    args: argparse.Namespace,
+    fillers_started: Callable[[list[int]], bool],
+    part: str,
+    cluster: SlurmCluster | None = None,
 ) -> Figure:
     from scheduling.job_endings import cancel_job
     from scheduling.models import FINAL_STATES, Job
@@ -248,7 +359,10 @@ def drain(
     time.sleep(args.settle)  # a few cycles find no room: the queue is steady before the clock starts
     pending = states(queued)
     say(f"({part}) before the cancel: {pending}")
+    if cluster is not None:
+        cluster.command("sdiag", "-r", check=False)
     began = time.monotonic()
+    began_wall = time.time()
     for job in Job.objects.filter(pk__in=fillers):
         cancel_job(actor=world[0], job=job)
     last = [0.0]
@@ -268,6 +382,9 @@ def drain(
     why = Job.objects.filter(pk__in=queued, state="failed").values_list("reason_message", flat=True)
     for message in sorted({str(message)[:200] for message in why[:200]})[:5]:
         say(f"({part}) failed: {message}")
+    console_phases(queued, began_wall, seconds, args.nodes * GPUS, part)
+    if cluster is not None:
+        slurm_phases(cluster, queued, part)
     return Figure(part, args.jobs, ended, seconds, ended - counts.get("succeeded", 0))
 
 
@@ -328,7 +445,7 @@ def part_b(args: argparse.Namespace, scratch: Path) -> Figure:
             def fillers_started(ids: list[int]) -> bool:
                 return SlurmJob.objects.filter(job_id__in=ids, state="RUNNING").count() == len(ids)
 
-            return drain(world, args, fillers_started, "b")
+            return drain(world, args, fillers_started, "b", cluster)
 
 
 def part_c(args: argparse.Namespace, scratch: Path) -> Figure:

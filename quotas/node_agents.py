@@ -247,10 +247,21 @@ def mark_seen(*, agent: NodeAgent, node: Node, now: datetime) -> bool:
     return bool(back)
 
 
-def mark_lost(*, node_ids: Sequence[int], now: datetime, silent_seconds: float) -> list[Node]:
-    """Ready agent nodes silent for `silent_seconds` go not ready: no new placements on them."""
+def mark_lost(
+    *, node_ids: Sequence[int], now: datetime, silent_seconds: float, silent_since: datetime | None = None
+) -> list[Node]:
+    """Ready agent nodes silent for `silent_seconds` go not ready: no new placements on them.
+
+    With `silent_since`, a node whose last beat (or, never beaten, its creation) is not older than
+    that, read under the row lock, is left ready: its agent registered or beat after the caller
+    read it as silent (agents registering one by one while the lost-node check runs)."""
     with transaction.atomic():
-        lost = list(Node.objects.select_for_update().filter(pk__in=list(node_ids), state=NodeState.READY))
+        candidates = Node.objects.select_for_update().filter(pk__in=list(node_ids), state=NodeState.READY)
+        lost = [
+            node
+            for node in candidates
+            if silent_since is None or (node.last_heartbeat or node.created_at) < silent_since
+        ]
         if not lost:
             return []
         Node.objects.filter(pk__in=[n.pk for n in lost]).update(state=NodeState.NOT_READY)

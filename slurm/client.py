@@ -1,9 +1,17 @@
 """Slurm's client commands, each bounded in time, and what their answers mean to the console.
 
-Plain Python (no Django): `sinfo --json` and `squeue --json` read the cluster, `sbatch` submits,
-`scancel` signals and cancels. Every call has a timeout; a command that does not answer, cannot
-be run, or answers something else than its JSON raises `SlurmUnavailable` with one sentence, which
-the executor turns into node states and a log line, never a traceback.
+Plain Python (no Django): `sinfo --json` reads the nodes, a plain-text `squeue` the jobs,
+`scontrol show job -d` the per-node devices of a job, `sbatch` submits, `scancel` signals and
+cancels. Every call has a timeout; a command that does not answer, cannot be run, or answers
+something unreadable raises `SlurmUnavailable` with one sentence, which the executor turns into
+node states and a log line, never a traceback.
+
+Why squeue's text and not its `--json`: in Slurm 22.05 `squeue --json` ignores `--states`,
+`--name` and `--jobs` and answers every job slurmctld still remembers (MinJobAge), about 3.7 KB
+of JSON each: with the thousands of short jobs a drain ends in five minutes, every read of the
+cluster grew to megabytes. The text answer is one short line a job. It has no bound GPU indices;
+the console's own jobs write theirs beside their output (`devices_file`), and a job outside the
+console is asked once (`held_gpus`).
 """
 
 from __future__ import annotations
@@ -29,6 +37,13 @@ LIVE_JOB_STATES = frozenset(
 _SUBMIT_VARIABLES = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR"})
 _GRES_GPU = re.compile(r"^gpu(?::(?P<model>[^:(]+))?:(?P<count>\d+)")
 _GRES_INDICES = re.compile(r"IDX:(?P<indices>[0-9,\-]+)")
+# squeue's columns, each ended by "|" (an empty width: never cut). The name is last: it is the
+# only one that may hold a "|".
+_SQUEUE_FORMAT = "JobID:|,State:|,exit_code:|,NodeList:|,tres-per-node:|,Reason:|,Name:|"
+_SQUEUE_COLUMNS = 7
+# `scontrol -d -o show job`'s per-node allocation: "Nodes=n[1-2] CPU_IDs=0 Mem=100 GRES=gpu:fake:1(IDX:0)".
+_NODE_ALLOCATION = re.compile(r"(?:^|\s)Nodes=(?P<nodes>\S+) CPU_IDs=\S* Mem=\S* GRES=(?P<gres>\S*)")
+_HOST_RANGE = re.compile(r"(?P<prefix>[^,\[]*)\[(?P<ranges>[^\]]*)\](?P<suffix>[^,]*)")
 
 
 class SlurmUnavailable(Exception):
@@ -96,6 +111,82 @@ def indices_of_gres(details: Sequence[str]) -> tuple[int, ...]:
             continue
         for span in found["indices"].split(","):
             first, _, last = span.partition("-")
+            indices.extend(range(int(first), int(last or first) + 1))
+    return tuple(sorted(set(indices)))
+
+
+def expand_hostlist(hostlist: str) -> list[str]:
+    """Slurm's compressed host list (`n[1-3,7],gpu01`, `s[0001-0002]`) as names."""
+    names: list[str] = []
+    position = 0
+    while position < len(hostlist):
+        ranged = _HOST_RANGE.match(hostlist, position)
+        comma = hostlist.find(",", position)
+        if ranged and (comma == -1 or ranged.start("ranges") < comma):
+            for span in ranged["ranges"].split(","):
+                first, _, last = span.partition("-")
+                width = len(first)
+                for number in range(int(first), int(last or first) + 1):
+                    names.append(f"{ranged['prefix']}{number:0{width}d}{ranged['suffix']}")
+            position = ranged.end() + 1
+        else:
+            end = len(hostlist) if comma == -1 else comma
+            if hostlist[position:end]:
+                names.append(hostlist[position:end])
+            position = end + 1
+    return names
+
+
+def held_of_scontrol(text: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Each node's GPU indices in `scontrol -d -o show job ID`'s answer (its per-node lines)."""
+    held: list[tuple[str, tuple[int, ...]]] = []
+    for allocation in _NODE_ALLOCATION.finditer(text):
+        indices = indices_of_gres([allocation["gres"]])
+        if indices:
+            held.extend((name, indices) for name in expand_hostlist(allocation["nodes"]))
+    return tuple(held)
+
+
+def job_of_squeue_line(line: str) -> SlurmJob:
+    """One line of `squeue --noheader --Format=_SQUEUE_FORMAT` (no bound indices: see the module)."""
+    columns = line.split("|", _SQUEUE_COLUMNS - 1)
+    if len(columns) < _SQUEUE_COLUMNS or not columns[0].strip().isdigit():
+        raise SlurmUnavailable(f"squeue answered an unreadable line: {line[:80]!r}")
+    job_id, state, exit_status, nodes, tres, reason, name = (column.strip() for column in columns)
+    gpus, _model = gpus_of_gres(tres.removeprefix("gres:"))
+    return SlurmJob(
+        slurm_id=int(job_id),
+        name=name.removesuffix("|"),
+        comment="",
+        # "CANCELLED by 0" in some versions: the state is the first word.
+        state=(state.split() or ["UNKNOWN"])[0].upper(),
+        reason=reason,
+        nodes=nodes,
+        exit_status=int(exit_status) if exit_status.isdigit() else 0,
+        gpu_indices=(),
+        gpus=gpus,
+    )
+
+
+def devices_path(output: str) -> str:
+    """Where a console job's script writes the GPU indices Slurm bound it to (beside its output)."""
+    return f"{output}.gpus"
+
+
+def read_devices_file(output: str) -> tuple[int, ...] | None:
+    """The indices a job's script wrote (`SLURM_JOB_GPUS`: the node's own numbering, as in
+    `scontrol show job -d`); None while it has not (no file, or its line not ended yet)."""
+    try:
+        with open(devices_path(output), encoding="ascii", errors="replace") as written:
+            line = written.read(4096)
+    except OSError:
+        return None
+    if not line.endswith("\n"):
+        return None
+    indices: list[int] = []
+    for span in line.strip().split(","):
+        first, _, last = span.partition("-")
+        if first.isdigit() and (not last or last.isdigit()):
             indices.extend(range(int(first), int(last or first) + 1))
     return tuple(sorted(set(indices)))
 
@@ -201,26 +292,21 @@ class SlurmClient:
 
     def jobs(self, *, ended: bool = True) -> list[SlurmJob]:
         """Every job slurmctld still knows, ended ones included (for MinJobAge seconds) unless
-        `ended` is False (squeue's default states: pending, running and the like)."""
-        jobs = []
-        argv = ["squeue", "--json", *(["--states=all"] if ended else [])]
-        for row in self._json(argv, "jobs"):
-            gpus, _model = gpus_of_gres(str(row.get("tres_per_node") or "").removeprefix("gres:"))
-            jobs.append(
-                SlurmJob(
-                    slurm_id=int(row["job_id"]),
-                    name=str(row.get("name") or ""),
-                    comment=str(row.get("comment") or ""),
-                    state=str(row.get("job_state") or "UNKNOWN").upper(),
-                    reason=str(row.get("state_reason") or ""),
-                    nodes=str(row.get("nodes") or ""),
-                    exit_status=int(row.get("exit_code") or 0),
-                    gpu_indices=indices_of_gres([str(detail) for detail in row.get("gres_detail") or []]),
-                    gpus=gpus,
-                    held=held_by_node(row),
-                )
-            )
-        return jobs
+        `ended` is False (squeue's default states: pending, running and the like). One line a
+        job, without bound GPU indices (the module says why; `held_gpus` asks for them)."""
+        argv = ["squeue", "--noheader", f"--Format={_SQUEUE_FORMAT}", *(["--states=all"] if ended else [])]
+        return [job_of_squeue_line(line) for line in self._run(argv).splitlines() if line.strip()]
+
+    def held_gpus(self, slurm_id: int) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """Each node's GPU indices that one job holds (`scontrol -d -o show job`); () once it
+        holds none (ended, or gone from slurmctld's memory)."""
+        try:
+            text = self._run(["scontrol", "-d", "-o", "show", "job", str(slurm_id)])
+        except SlurmUnavailable as error:
+            if "invalid job id" in str(error).lower():
+                return ()
+            raise
+        return held_of_scontrol(text)
 
     def submit(
         self,
@@ -235,6 +321,7 @@ class SlurmClient:
         output: str,
         command: str,
         environment: Mapping[str, str],
+        devices_file: str = "",
     ) -> int:
         """Submit one batch job pinned to `node`; returns Slurm's job id.
 
@@ -244,8 +331,13 @@ class SlurmClient:
         hands on: the console's own environment (its database URL among it) stays out of the job.
         `--export=NONE` would do that too, but makes slurmd load the user's login environment,
         about 3 s more per start on the test machine.
+
+        With `devices_file`, the script's first line writes there the GPU indices Slurm bound
+        (`SLURM_JOB_GPUS`): the console learns them without asking slurmctld for each job.
         """
         lines = ["#!/bin/sh"]
+        if devices_file:
+            lines.append(f"printf '%s\\n' \"${{SLURM_JOB_GPUS-}}\" 2>/dev/null >{shlex.quote(devices_file)}")
         lines += [f"export {key}={shlex.quote(value)}" for key, value in sorted(environment.items())]
         lines.append(command)
         argv = [
@@ -293,7 +385,12 @@ __all__ = [
     "SlurmNode",
     "SlurmUnavailable",
     "availability",
+    "devices_path",
+    "expand_hostlist",
     "gpus_of_gres",
     "held_by_node",
+    "held_of_scontrol",
     "indices_of_gres",
+    "job_of_squeue_line",
+    "read_devices_file",
 ]

@@ -21,14 +21,15 @@ A Slurm that does not answer is one log line and, after NODE_LOST_SECONDS, its n
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -40,11 +41,11 @@ from quotas import bounds
 from quotas.models import NodeExecutor
 from quotas.node_agents import installation_identity
 from scheduling import lifecycle, triggers
-from scheduling.agent_services import _append_logs, _log_tail
-from scheduling.models import Job, JobEventKind, JobState, ReplicaPlacementRecord
+from scheduling.agent_services import FAILURE_LOG_LINES, _append_logs
+from scheduling.models import Job, JobEvent, JobEventKind, JobLog, JobState, ReplicaPlacementRecord
 from scheduling.services import Ending, finish_job, finish_jobs
 from slurm import inventory, naming
-from slurm.client import SlurmClient, SlurmJob, SlurmUnavailable
+from slurm.client import SlurmClient, SlurmJob, SlurmUnavailable, devices_path, read_devices_file
 from slurm.models import SlurmJob as SlurmJobRow
 
 logger = logging.getLogger(__name__)
@@ -55,11 +56,21 @@ _FOREVER_SECONDS = 2**31 - 1
 _OUTPUT_BYTES_PER_SYNC = 256 * 1024
 # Slurm's job states that mean its node failed rather than its process.
 _NODE_FAILURES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
-# How many sbatch commands run at once when a cycle admitted many replicas (_sbatch_all).
+# How many sbatch commands run at once when a cycle admitted many replicas (_sbatch_all), and how
+# many replicas are claimed (their rows written) in one statement before theirs run.
 _SUBMIT_THREADS = 8
+_SUBMIT_CHUNK = 64
 
 _sync_lock = threading.Lock()
 _last_sync = {"at": -math.inf}
+# The worker runs several processes, each ticking: their syncs took turns ending the same jobs
+# (each read the same ended rows and waited on the other's row locks in finish_jobs), which was
+# most of a drain's database time. A sync holds this lease in Redis (SET NX PX, released with a
+# compare-and-delete), so one process syncs at a time and the others skip the tick.
+_SYNC_LEASE_KEY = "slurm-sync"
+_RELEASE_LEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end
+"""
 
 
 def configured() -> bool:
@@ -97,10 +108,38 @@ class SlurmExecutor:
         if not _sync_lock.acquire(blocking=False):
             return 0  # another thread of this process is syncing
         try:
-            _last_sync["at"] = time.monotonic()
-            return sync(client(), now)
+            with _sync_lease() as held:
+                if not held:
+                    return 0  # another process is syncing
+                _last_sync["at"] = time.monotonic()
+                return sync(client(), now)
         finally:
             _sync_lock.release()
+
+
+@contextlib.contextmanager
+def _sync_lease() -> Iterator[bool]:
+    """Whether this process may sync now (no other holds the lease). The lease outlives any sync
+    that is not stuck: each of its commands is bounded by SLURM_COMMAND_SECONDS. Without Redis the
+    sync runs anyway, as before the lease: its conditional writes keep two syncs safe, only slower."""
+    from scheduling.lock import holder_name, redis_client, redis_prefix
+
+    key = f"{redis_prefix()}{_SYNC_LEASE_KEY}"
+    holder = holder_name()
+    ttl_ms = int(1000 * (6 * float(settings.SLURM_COMMAND_SECONDS) + 30))
+    try:
+        redis = redis_client()
+        held = bool(redis.set(key, holder, nx=True, px=ttl_ms))
+    except Exception as error:  # noqa: BLE001 (whatever Redis raises: sync without the lease)
+        inventory.warn_once("lease", f"Slurm: syncing without the cross-process lease, Redis: {error}")
+        yield True
+        return
+    try:
+        yield held
+    finally:
+        if held:
+            with contextlib.suppress(Exception):  # it expires by itself
+                redis.eval(_RELEASE_LEASE, 1, key, holder)
 
 
 def sync(slurm: SlurmClient, now: datetime) -> int:
@@ -114,14 +153,14 @@ def sync(slurm: SlurmClient, now: datetime) -> int:
     read_from = _now()
     try:
         jobs = slurm.jobs()
+        # Only this console's jobs are followed, adopted or stopped; another console's (the same
+        # numbers, another identity) are left alone, said once.
+        named = naming.sort_out(jobs, installation_identity())
+        own = {job.slurm_id for job in named.own}
+        outside = _with_held(slurm, [job for job in jobs if job.slurm_id not in own])
     except SlurmUnavailable as error:
         return changed + inventory.mark_unreachable(str(error), now)
-    # Only this console's jobs are followed, adopted or stopped; another console's (the same
-    # numbers, another identity) are left alone, said once.
-    named = naming.sort_out(jobs, installation_identity())
     naming.report_foreign(named.foreign)
-    own = {job.slurm_id for job in named.own}
-    outside = [job for job in jobs if job.slurm_id not in own]
     changed += inventory.mark_held_outside(outside)
     # Submitted after squeue was read, against that read's GPUs held outside; follow leaves the
     # jobs submitted now for the next sync (their rows are newer than read_from).
@@ -214,13 +253,33 @@ def _read_held_outside(slurm: SlurmClient) -> dict[str, dict[int, int]] | None:
     nodes; None when Slurm does not answer (nothing is submitted then)."""
     try:
         jobs = slurm.jobs(ended=False)
+        own = {job.slurm_id for job in naming.sort_out(jobs, installation_identity()).own}
+        outside = _with_held(slurm, [job for job in jobs if job.slurm_id not in own])
     except SlurmUnavailable as error:
         logger.warning("Slurm: nothing submitted now, squeue did not answer: %s", error)
         return None
-    own = {job.slurm_id for job in naming.sort_out(jobs, installation_identity()).own}
-    outside = [job for job in jobs if job.slurm_id not in own]
     inventory.mark_held_outside(outside)
     return inventory.held_outside(outside)
+
+
+# The GPUs each running Slurm job outside the console holds, by its id, as scontrol said when the
+# console first saw it run: they do not change while it runs, so each is asked once (squeue's
+# text answer has no indices; client.jobs says why the console reads that one).
+_outside_held: dict[int, tuple[tuple[str, tuple[int, ...]], ...]] = {}
+
+
+def _with_held(slurm: SlurmClient, outside: Sequence[SlurmJob]) -> list[SlurmJob]:
+    """The jobs outside the console, the running ones with the devices they hold on each node."""
+    holding = [job for job in outside if inventory.holds_devices(job)]
+    for job in holding:
+        if job.slurm_id not in _outside_held:
+            held = slurm.held_gpus(job.slurm_id)
+            if held:  # none yet: asked again at the next read
+                _outside_held[job.slurm_id] = held
+    running = {job.slurm_id for job in holding}
+    for slurm_id in [known for known in _outside_held if known not in running]:
+        del _outside_held[slurm_id]
+    return [replace(job, held=_outside_held.get(job.slurm_id, ())) for job in outside]
 
 
 def _taken_outside(job: Job, placed: Sequence[_Placed], held: Mapping[str, Mapping[int, int]], now: datetime) -> bool:
@@ -287,15 +346,19 @@ def submit_placed(
         (one, job) for one in placed if (job := jobs.get(one.job_id)) is not None and job.state == JobState.RUNNING
     ]
     submitted = 0
-    # A chunk at a time, as many as run at once: a claimed row waits for its sbatch no longer than
-    # one sbatch did when they ran one after another (follow drops a claim whose sbatch has not
-    # answered after 3 × SLURM_COMMAND_SECONDS).
-    for first in range(0, len(wanted), _SUBMIT_THREADS):
-        claimed = [
-            claim
-            for one, job in wanted[first : first + _SUBMIT_THREADS]
-            if (claim := _claim(one, job, naming.job_name(console, job.pk, one.replica), ranks, output_dir))
-        ]
+    # A chunk at a time: its rows claimed in one statement, its sbatch _SUBMIT_THREADS at a time,
+    # its ids written in one. A claimed row waits for its id at most a chunk's sbatch (follow
+    # drops a claim whose sbatch has not answered after 3 × SLURM_COMMAND_SECONDS).
+    for first in range(0, len(wanted), _SUBMIT_CHUNK):
+        claimed = _claim_all(
+            [
+                (one, job, naming.job_name(console, job.pk, one.replica))
+                for one, job in wanted[first : first + _SUBMIT_CHUNK]
+            ],
+            ranks,
+            output_dir,
+        )
+        answered: list[SlurmJobRow] = []
         for (one, job, row), answer in zip(claimed, _sbatch_all(slurm, claimed), strict=True):
             if isinstance(answer, SlurmUnavailable):
                 if _submit_refused(answer):
@@ -306,11 +369,41 @@ def submit_placed(
                     SlurmJobRow.objects.filter(pk=row.pk).delete()
                     logger.warning("Slurm: replica %s of job %s not submitted yet: %s", one.replica, job.pk, answer)
                 continue
-            # submitted_at becomes when the id is known: a sync whose squeue was read before it
-            # does not take the job's absence there for a vanished job (follow).
-            SlurmJobRow.objects.filter(pk=row.pk).update(slurm_id=answer, state="PENDING", submitted_at=_now())
-            submitted += 1
+            row.slurm_id, row.state = answer, "PENDING"
+            answered.append(row)
+        # submitted_at becomes when the ids are known: a sync whose squeue was read before it
+        # does not take a job's absence there for a vanished job (follow).
+        submitted_at = _now()
+        for row in answered:
+            row.submitted_at = submitted_at
+        SlurmJobRow.objects.bulk_update(answered, ["slurm_id", "state", "submitted_at"])
+        submitted += len(answered)
     return submitted
+
+
+def _claim_all(
+    wanted: Sequence[tuple[_Placed, Job, str]], ranks: Mapping[int, int], output_dir: Path
+) -> list[tuple[_Placed, Job, SlurmJobRow]]:
+    """The claims of many replicas in one statement; when another process claimed one of them
+    meanwhile (the statement fails as a whole), one at a time, leaving out the ones taken."""
+    rows = [
+        SlurmJobRow(
+            job=job,
+            replica=one.replica,
+            rank=ranks.get(one.replica, 0),
+            node_name=one.node,
+            name=name,
+            output=str(output_dir / f"{name}.out"),
+            submitted_at=_now(),
+        )
+        for one, job, name in wanted
+    ]
+    try:
+        with transaction.atomic():
+            created = SlurmJobRow.objects.bulk_create(rows)
+    except IntegrityError:
+        return [claim for one, job, name in wanted if (claim := _claim(one, job, name, ranks, output_dir))]
+    return [(one, job, row) for (one, job, _name), row in zip(wanted, created, strict=True)]
 
 
 def _claim(
@@ -354,13 +447,14 @@ def _sbatch_all(
                 output=row.output,
                 command=_command(job),
                 environment=_environment(job, row.rank, one.fraction),
+                devices_file=devices_path(row.output),
             )
         except SlurmUnavailable as error:
             return error
 
     if len(claimed) <= 1:
         return [one_sbatch(claim) for claim in claimed]
-    with ThreadPoolExecutor(max_workers=len(claimed)) as pool:
+    with ThreadPoolExecutor(max_workers=min(len(claimed), _SUBMIT_THREADS)) as pool:
         return list(pool.map(one_sbatch, claimed))
 
 
@@ -394,17 +488,20 @@ class _Outcome:
 def follow(slurm: SlurmClient, seen: Sequence[SlurmJob], now: datetime, *, read_from: datetime) -> int:
     """Match the console's open Slurm jobs with what squeue said of this console's jobs (`seen`,
     read from `read_from` on; slurm.naming sorted out the others'); record starts, output and
-    ends; stop what is no longer wanted; settle the console jobs whose Slurm jobs ended."""
+    ends; stop what is no longer wanted; settle the console jobs whose Slurm jobs ended.
+
+    The starts and ends of one read are written together (a few statements for them all): one
+    job at a time, a drain of short jobs spent most of each sync here."""
     by_id = {job.slurm_id: job for job in seen}
     by_name = {job.name: job for job in seen if job.live}
     rows = list(SlurmJobRow.objects.filter(ended_at__isnull=True).select_related("job"))
     if not rows:
         return 0
-    changed = 0
     lines_by_job: dict[int, list[str]] = defaultdict(list)
     truncated: set[int] = set()
-    # Slurm's reason for each row that ended in this sync (the row keeps the state and code).
-    reasons: dict[int, str] = {}
+    ended: dict[int, tuple[SlurmJobRow, _Outcome]] = {}
+    started: dict[int, tuple[SlurmJobRow, SlurmJob, list[int]]] = {}
+    moved: dict[str, list[int]] = defaultdict(list)
     for row in rows:
         found = by_id.get(row.slurm_id) if row.slurm_id is not None else by_name.get(row.name)
         if row.slurm_id is None:
@@ -419,25 +516,21 @@ def follow(slurm: SlurmClient, seen: Sequence[SlurmJob], now: datetime, *, read_
             continue  # submitted (by another process) after squeue was read: not seen yet
         _read_output(row, lines_by_job, truncated, final=found is None or not found.live)
         if found is None:
-            outcome = _Outcome(row.rank, row.slurm_id, "VANISHED", None, "Slurm no longer knows it")
+            ended[row.pk] = (row, _Outcome(row.rank, row.slurm_id, "VANISHED", None, "Slurm no longer knows it"))
         elif not found.live:
-            outcome = _Outcome(row.rank, row.slurm_id, found.state, found.exit_code, found.reason)
-        else:
-            changed += _running(row, found, now)
-            continue
-        if SlurmJobRow.objects.filter(pk=row.pk, ended_at__isnull=True).update(
-            state=outcome.state, exit_code=outcome.exit_code, ended_at=now
-        ):
-            reasons[row.pk] = outcome.reason
-            if row.state != "RUNNING" and outcome.state in ("COMPLETED", "FAILED"):
-                # It ran and ended between two syncs: its start is told now (Slurm no longer
-                # says which devices it had).
-                lifecycle.add_event(
-                    job_id=row.job_id,
-                    kind=JobEventKind.STARTED,
-                    at=now,
-                    message=f"replica {row.rank} ran on {row.node_name} as Slurm job {row.slurm_id}",
-                )
+            ended[row.pk] = (row, _Outcome(row.rank, row.slurm_id, found.state, found.exit_code, found.reason))
+        elif found.state == "RUNNING" and row.state != "RUNNING":
+            devices = _devices_of(row, found)
+            if devices is not None:  # None: Slurm runs it but its devices are not known yet
+                started[row.pk] = (row, found, devices)
+        elif found.state != row.state and row.state != "RUNNING":
+            # Once RUNNING, the row stays so until the end (COMPLETING, SUSPENDED are not kept): it
+            # says that the start was told.
+            moved[found.state].append(row.pk)
+    for state, pks in moved.items():
+        SlurmJobRow.objects.filter(pk__in=pks).exclude(state="RUNNING").update(state=state)
+    changed = _record_starts(started, now)
+    reasons = _record_ends(ended, now)
     if lines_by_job or truncated:
         with transaction.atomic():
             _append_logs(lines_by_job, truncated, now)
@@ -446,28 +539,91 @@ def follow(slurm: SlurmClient, seen: Sequence[SlurmJob], now: datetime, *, read_
     return changed
 
 
-def _running(row: SlurmJobRow, found: SlurmJob, now: datetime) -> int:
-    """A live Slurm job: once it runs, record the devices Slurm bound and the start."""
-    if found.state != "RUNNING" or row.state == "RUNNING":
-        # Once RUNNING, the row stays so until the end (COMPLETING, SUSPENDED are not kept): it
-        # says that the start was told.
-        if found.state != row.state and row.state != "RUNNING":
-            SlurmJobRow.objects.filter(pk=row.pk).update(state=found.state)
+def _devices_of(row: SlurmJobRow, found: SlurmJob) -> list[int] | None:
+    """The GPU indices Slurm bound a running job of the console's to: those squeue gave, else
+    those its script wrote beside its output (slurm.client.devices_file); None while neither
+    says (the script has not run its first line yet)."""
+    if found.gpu_indices:
+        return list(found.gpu_indices)
+    written = read_devices_file(row.output)
+    return None if written is None else list(written)
+
+
+def _record_starts(started: Mapping[int, tuple[SlurmJobRow, SlurmJob, list[int]]], now: datetime) -> int:
+    """The rows whose Slurm jobs run now: RUNNING with their devices, the placements' devices (so
+    that the Nodes grid shows Slurm's choice) and a `started` event each."""
+    if not started:
         return 0
-    devices = list(found.gpu_indices)
-    if not SlurmJobRow.objects.filter(pk=row.pk).exclude(state="RUNNING").update(state="RUNNING", devices=devices):
-        return 0
-    if devices:
-        # Slurm chose the devices: the placement says which, so that the Nodes grid shows them.
-        ReplicaPlacementRecord.objects.filter(pk=row.replica, fraction__gte=1).update(devices=devices)
-    lifecycle.add_event(
-        job_id=row.job_id,
-        kind=JobEventKind.STARTED,
-        at=now,
-        message=f"replica {row.rank} started on {row.node_name} as Slurm job {found.slurm_id}"
-        + (f" (GPUs {','.join(map(str, devices))})" if devices else ""),
-    )
-    return 1
+    with transaction.atomic():
+        # Only the rows still not RUNNING are this sync's to tell (a sync of another process, run
+        # without the lease, may have told some).
+        untold = set(
+            SlurmJobRow.objects.select_for_update()
+            .filter(pk__in=list(started))
+            .exclude(state="RUNNING")
+            .values_list("pk", flat=True)
+        )
+        rows = []
+        devices_of_replica: dict[int, list[int]] = {}
+        events = []
+        for pk in sorted(untold):
+            row, found, devices = started[pk]
+            row.state, row.devices = "RUNNING", devices
+            rows.append(row)
+            if devices:
+                devices_of_replica[row.replica] = devices
+            events.append(
+                JobEvent(
+                    job_id=row.job_id,
+                    kind=JobEventKind.STARTED,
+                    at=now,
+                    message=f"replica {row.rank} started on {row.node_name} as Slurm job {found.slurm_id}"
+                    + (f" (GPUs {','.join(map(str, devices))})" if devices else ""),
+                )
+            )
+        SlurmJobRow.objects.bulk_update(rows, ["state", "devices"])
+        # Slurm chose the devices: the placement says which. A fraction keeps the console's.
+        placements = list(ReplicaPlacementRecord.objects.filter(pk__in=list(devices_of_replica), fraction__gte=1))
+        for placement in placements:
+            placement.devices = devices_of_replica[placement.pk]
+        ReplicaPlacementRecord.objects.bulk_update(placements, ["devices"])
+        JobEvent.objects.bulk_create(events)
+    return len(rows)
+
+
+def _record_ends(ended: Mapping[int, tuple[SlurmJobRow, _Outcome]], now: datetime) -> dict[int, str]:
+    """The rows whose Slurm jobs ended: their state, code and end, one statement per kind of end.
+    Returns Slurm's reason for each row this sync recorded (the row keeps the state and code)."""
+    if not ended:
+        return {}
+    with transaction.atomic():
+        untold = set(
+            SlurmJobRow.objects.select_for_update()
+            .filter(pk__in=list(ended), ended_at__isnull=True)
+            .values_list("pk", flat=True)
+        )
+        by_end: dict[tuple[str, int | None], list[int]] = defaultdict(list)
+        events = []
+        for pk in sorted(untold):
+            row, outcome = ended[pk]
+            by_end[(outcome.state, outcome.exit_code)].append(pk)
+            if row.state != "RUNNING" and outcome.state in ("COMPLETED", "FAILED"):
+                # It ran and ended between two syncs: its start is told now (its devices are
+                # those its script wrote, when it got that far).
+                devices = read_devices_file(row.output) or ()
+                events.append(
+                    JobEvent(
+                        job_id=row.job_id,
+                        kind=JobEventKind.STARTED,
+                        at=now,
+                        message=f"replica {row.rank} ran on {row.node_name} as Slurm job {row.slurm_id}"
+                        + (f" (GPUs {','.join(map(str, devices))})" if devices else ""),
+                    )
+                )
+        for (state, exit_code), pks in by_end.items():
+            SlurmJobRow.objects.filter(pk__in=pks).update(state=state, exit_code=exit_code, ended_at=now)
+        JobEvent.objects.bulk_create(events)
+    return {pk: ended[pk][1].reason for pk in untold}
 
 
 def _read_output(row: SlurmJobRow, lines_by_job: dict[int, list[str]], truncated: set[int], *, final: bool) -> None:
@@ -579,16 +735,19 @@ def _settle(reasons: Mapping[int, str], now: datetime) -> int:
     )
     changed = 0
     endings: list[Ending] = []
+    unsubmitted = _with_replicas_unsubmitted([job_id for job_id in outcomes if job_id not in still_open])
     for job in Job.objects.filter(pk__in=touched).select_related("quota"):
         if job.state == JobState.RELEASING:
             if job.pk not in still_open:
                 changed += _release(job, now)
         elif job.state == JobState.RUNNING and outcomes.get(job.pk):
-            ending = _end_running(job, outcomes[job.pk], all_done=job.pk not in still_open, now=now)
+            all_done = job.pk not in still_open and job.pk not in unsubmitted
+            ending = _end_running(job, outcomes[job.pk], all_done=all_done, now=now)
             if isinstance(ending, Ending):
                 endings.append(ending)
             else:
                 changed += ending
+    endings = _with_log_tails(endings)
     # Every job that ended in this read, in one write (finish_jobs): one at a time, a drain of
     # thousands of short jobs spent most of its time here (docs/slurm.md, the drain benchmark).
     finished = {job.pk for job in finish_jobs(endings)}
@@ -641,29 +800,42 @@ def _end_running(job: Job, outcomes: Sequence[_Outcome], *, all_done: bool, now:
                 triggers.request_cycle_on_commit("released")
         return int(bool(done))
     failed = next((o for o in outcomes if o.state != "COMPLETED" or o.exit_code), None)
-    if failed is None and not (all_done and _every_replica_submitted(job)):
-        return 0  # some replicas still run; the job ends with its last one
-    tail = _log_tail(job.pk)
-    last_lines = "; last lines:\n" + "\n".join(tail) if tail else ""
+    if failed is None and not all_done:
+        return 0  # some replicas still run (or are still to be submitted); the job ends with its last one
     if failed is None:
-        message = "every replica's Slurm job exited with code 0" + last_lines
+        message = "every replica's Slurm job exited with code 0"
     elif failed.state == "VANISHED":
-        message = f"Slurm job {failed.slurm_id} (replica {failed.rank}) vanished: {failed.reason}" + last_lines
+        message = f"Slurm job {failed.slurm_id} (replica {failed.rank}) vanished: {failed.reason}"
     elif failed.state in ("COMPLETED", "FAILED"):
         code = failed.exit_code
-        message = f"replica {failed.rank} (Slurm job {failed.slurm_id}) exited with code {code}" + last_lines
+        message = f"replica {failed.rank} (Slurm job {failed.slurm_id}) exited with code {code}"
     else:
         why = f" ({failed.reason})" if failed.reason and failed.reason != "None" else ""
-        message = (
-            f"Slurm job {failed.slurm_id} (replica {failed.rank}) ended {failed.state} outside the console{why}"
-            + last_lines
-        )
+        message = f"Slurm job {failed.slurm_id} (replica {failed.rank}) ended {failed.state} outside the console{why}"
     return Ending(job.pk, failed is None, message)
 
 
-def _every_replica_submitted(job: Job) -> bool:
-    placed = set(ReplicaPlacementRecord.objects.filter(job=job).values_list("pk", flat=True))
-    return placed <= set(SlurmJobRow.objects.filter(job=job).values_list("replica", flat=True))
+def _with_replicas_unsubmitted(job_ids: Sequence[int]) -> set[int]:
+    """Those of the jobs with a replica placed that has no Slurm job yet: two reads for them all
+    (a read per job was a third of a drain's settling)."""
+    if not job_ids:
+        return set()
+    submitted = set(SlurmJobRow.objects.filter(job_id__in=job_ids).values_list("replica", flat=True))
+    placed = ReplicaPlacementRecord.objects.filter(job_id__in=job_ids).values_list("pk", "job_id")
+    return {job_id for replica, job_id in placed if replica not in submitted}
+
+
+def _with_log_tails(endings: Sequence[Ending]) -> list[Ending]:
+    """Each ending's message with the last lines of its job's log, read in one query for them all."""
+    if not endings:
+        return []
+    logs = dict(JobLog.objects.filter(job_id__in=[e.job_id for e in endings]).values_list("job_id", "lines"))
+    told = []
+    for ending in endings:
+        tail = [str(line) for line in (logs.get(ending.job_id) or [])[-FAILURE_LOG_LINES:]]
+        last_lines = "; last lines:\n" + "\n".join(tail) if tail else ""
+        told.append(Ending(ending.job_id, ending.succeeded, ending.message + last_lines))
+    return told
 
 
 def slurm_ids_of(job: Job) -> list[int]:

@@ -94,6 +94,8 @@ def sync_nodes(nodes: Sequence[SlurmNode], now: datetime) -> int:
     existing = {node.name: node for node in Node.objects.filter(name__in=[n.name for n in nodes])}
     # New nodes by partition: create_nodes makes one pool's nodes at a time.
     new: dict[str, list[NewNode]] = defaultdict(list)
+    # Slurm's own state of each node whose state changed (IDLE, MIXED…), written together.
+    slurm_states: dict[int, str] = {}
     changed = 0
     for slurm_node in nodes:
         node = existing.get(slurm_node.name)
@@ -118,6 +120,9 @@ def sync_nodes(nodes: Sequence[SlurmNode], now: datetime) -> int:
             )
             continue
         changed += _follow(node, slurm_node, now)
+        if node.labels.get(SLURM_STATE_LABEL) != slurm_node.state:
+            slurm_states[node.pk] = slurm_node.state
+    _set_slurm_states(slurm_states)
     for partition, specs in new.items():
         try:
             create_nodes(actor=None, nodes=specs, pool=pool_of_partition(partition))
@@ -160,20 +165,21 @@ def _follow(node: Node, slurm_node: SlurmNode, now: datetime) -> int:
         slurm_node.reason[:200]
     ):
         changed += _set_availability(node, slurm_node.availability, slurm_node.reason, now)
-    if node.labels.get(SLURM_STATE_LABEL) != slurm_node.state:
-        _set_slurm_state(node, slurm_node.state)
     return changed
 
 
-def _set_slurm_state(node: Node, state: str) -> None:
+def _set_slurm_states(states: dict[int, str]) -> None:
     """Slurm's own state (IDLE, MIXED, ALLOCATED, IDLE+DRAIN…) in the labels, for the Nodes page.
     Not audited and no cycle: it changes with every job Slurm starts or ends there, and what the
-    console acts on (up, drain, down) is the availability."""
+    console acts on (up, drain, down) is the availability. One transaction and one write for every
+    node whose state changed: a node at a time, a drain on many nodes wrote one per node per sync."""
+    if not states:
+        return
     with transaction.atomic():
-        current = Node.objects.select_for_update().only("pk", "labels").get(pk=node.pk)
-        labels = {**current.labels, SLURM_STATE_LABEL: state}
-        Node.objects.filter(pk=node.pk).update(labels=labels)
-    node.labels = labels
+        nodes = list(Node.objects.select_for_update().filter(pk__in=list(states)).only("pk", "labels"))
+        for node in nodes:
+            node.labels = {**node.labels, SLURM_STATE_LABEL: states[node.pk]}
+        Node.objects.bulk_update(nodes, ["labels"])
 
 
 def _move_to_partition(node: Node, partition: str) -> int:
@@ -229,12 +235,17 @@ def _set_availability(node: Node, availability: str, reason: str, now: datetime)
     return 1
 
 
+def holds_devices(job: SlurmJob) -> bool:
+    """Whether a job holds its node's devices now (running, completing, suspended…), not waiting."""
+    return job.live and job.state not in _WAITING_STATES
+
+
 def held_outside(jobs: Iterable[SlurmJob]) -> dict[str, dict[int, int]]:
     """Each node's devices that running Slurm jobs outside the console (`jobs`) hold, with the job
     that holds each: a job over several nodes counts its share on each (SlurmJob.held)."""
     held: dict[str, dict[int, int]] = defaultdict(dict)
     for job in jobs:
-        if job.live and job.state not in _WAITING_STATES:
+        if holds_devices(job):
             for node, indices in job.held:
                 held[node].update(dict.fromkeys(indices, job.slurm_id))
     return held
@@ -286,6 +297,7 @@ __all__ = [
     "REASON",
     "forget_warnings",
     "held_outside",
+    "holds_devices",
     "mark_held_outside",
     "mark_unreachable",
     "pool_of_partition",

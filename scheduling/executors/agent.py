@@ -51,15 +51,16 @@ def check_lost_nodes(now: datetime) -> int:
     # The stored beat may lag the last real one by up to heartbeat_record_seconds (beats do not
     # all rewrite it): waiting that much longer means a node is never lost before its time.
     recorded_lag = heartbeat_record_seconds()
+    silent_since = now - timedelta(seconds=lost_after + recorded_lag)
     silent = list(
         Node.objects.filter(executor=NodeExecutor.AGENT, state=NodeState.READY)
         .annotate(seen=Coalesce("last_heartbeat", "created_at"))
-        .filter(seen__lt=now - timedelta(seconds=lost_after + recorded_lag))
+        .filter(seen__lt=silent_since)
         .values_list("pk", flat=True)
     )
     changed = 0
     if silent:
-        changed += len(mark_lost(node_ids=silent, now=now, silent_seconds=lost_after))
+        changed += len(mark_lost(node_ids=silent, now=now, silent_seconds=lost_after, silent_since=silent_since))
         if changed:
             triggers.request_cycle("node-lost")
     abandoned = Q(

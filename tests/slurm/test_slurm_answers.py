@@ -3,9 +3,22 @@ exit statuses, as sinfo and squeue print them (the values are copied from Slurm 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from slurm.client import SlurmJob, availability, gpus_of_gres, indices_of_gres
+from slurm.client import (
+    SlurmJob,
+    SlurmUnavailable,
+    availability,
+    devices_path,
+    expand_hostlist,
+    gpus_of_gres,
+    held_of_scontrol,
+    indices_of_gres,
+    job_of_squeue_line,
+    read_devices_file,
+)
 
 
 @pytest.mark.parametrize(
@@ -68,3 +81,53 @@ def test_an_exit_status_as_a_shell_reports_it(status: int, code: int) -> None:
         gpu_indices=(), gpus=0,
     )  # fmt: skip
     assert job.exit_code == code
+
+
+@pytest.mark.parametrize(
+    ("hostlist", "names"),
+    [
+        ("n1", ["n1"]),
+        ("n[1-3]", ["n1", "n2", "n3"]),
+        ("s[0009-0011,0020]", ["s0009", "s0010", "s0011", "s0020"]),
+        ("n[1-2],gpu01", ["n1", "n2", "gpu01"]),
+        ("a,b[1-2]x", ["a", "b1x", "b2x"]),
+        ("", []),
+    ],
+)
+def test_a_slurm_host_list_expanded(hostlist: str, names: list[str]) -> None:
+    assert expand_hostlist(hostlist) == names
+
+
+def test_each_nodes_devices_in_scontrols_answer() -> None:
+    # `scontrol -d -o show job 4` for a job over two nodes (cut), and one over two alike nodes.
+    text = (
+        "JobId=4 JobName=multi JobState=RUNNING NodeList=n[1-2] JOB_GRES=gpu:fake:2   "
+        "Nodes=n1 CPU_IDs=1 Mem=100 GRES=gpu:fake:1(IDX:2)   Nodes=n2 CPU_IDs=0 Mem=100 GRES=gpu:fake:1(IDX:0) "
+        "MinCPUsNode=1"
+    )
+    assert held_of_scontrol(text) == (("n1", (2,)), ("n2", (0,)))
+    alike = "JobId=5 Nodes=n[1-2] CPU_IDs=0-1 Mem=200 GRES=gpu:fake:2(IDX:0-1) MinCPUsNode=1"
+    assert held_of_scontrol(alike) == (("n1", (0, 1)), ("n2", (0, 1)))
+    assert held_of_scontrol("JobId=6 Nodes=n1 CPU_IDs=0 Mem=100 GRES= MinCPUsNode=1") == ()
+
+
+def test_a_line_of_squeues_text() -> None:
+    # squeue --noheader --Format=JobID:|,State:|,exit_code:|,NodeList:|,tres-per-node:|,Reason:|,Name:|
+    failed = job_of_squeue_line("2|FAILED|768|n1|gres:gpu:1|NonZeroExitCode|gqc-1-1|")
+    assert (failed.slurm_id, failed.state, failed.exit_code, failed.gpus, failed.live) == (2, "FAILED", 3, 1, False)
+    assert failed.name == "gqc-1-1" and failed.reason == "NonZeroExitCode"
+    running = job_of_squeue_line("4|RUNNING|0|n[1-2]|(null)|None|a|b|")
+    assert (running.name, running.nodes, running.gpus, running.live) == ("a|b", "n[1-2]", 0, True)
+    with pytest.raises(SlurmUnavailable):
+        job_of_squeue_line("slurm_load_jobs error: Unable to contact slurm controller")
+
+
+def test_the_devices_a_jobs_script_wrote(tmp_path: Path) -> None:
+    output = str(tmp_path / "gqc-x-1-1.out")
+    assert read_devices_file(output) is None
+    Path(devices_path(output)).write_text("0,1")
+    assert read_devices_file(output) is None  # the line is not ended: still being written
+    Path(devices_path(output)).write_text("0,1,4-5\n")
+    assert read_devices_file(output) == (0, 1, 4, 5)
+    Path(devices_path(output)).write_text("\n")
+    assert read_devices_file(output) == ()
