@@ -36,6 +36,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Case, PositiveBigIntegerField, Value, When
 
 from quotas import bounds
 from quotas.models import NodeExecutor
@@ -372,11 +373,17 @@ def submit_placed(
             row.slurm_id, row.state = answer, "PENDING"
             answered.append(row)
         # submitted_at becomes when the ids are known: a sync whose squeue was read before it
-        # does not take a job's absence there for a vanished job (follow).
-        submitted_at = _now()
-        for row in answered:
-            row.submitted_at = submitted_at
-        SlurmJobRow.objects.bulk_update(answered, ["slurm_id", "state", "submitted_at"])
+        # does not take a job's absence there for a vanished job (follow). One statement; only
+        # the ids differ from row to row (bulk_update's CASE for three fields cost 0.1 s a chunk).
+        if answered:
+            SlurmJobRow.objects.filter(pk__in=[row.pk for row in answered]).update(
+                state="PENDING",
+                submitted_at=_now(),
+                slurm_id=Case(
+                    *(When(pk=row.pk, then=Value(row.slurm_id)) for row in answered),
+                    output_field=PositiveBigIntegerField(),
+                ),
+            )
         submitted += len(answered)
     return submitted
 

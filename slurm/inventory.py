@@ -261,7 +261,8 @@ def mark_held_outside(jobs: Iterable[SlurmJob]) -> int:
     several nodes holds a share of each)."""
     held = held_outside(jobs)
     changed = 0
-    for node in Node.objects.filter(executor=NodeExecutor.SLURM).only("pk", "labels"):
+    # The name too: a deferred field read per node was one more query per node and call.
+    for node in Node.objects.filter(executor=NodeExecutor.SLURM).only("pk", "name", "labels"):
         wanted = ",".join(map(str, sorted(held.get(node.name, ()))))
         if node.labels.get(GPUS_OUTSIDE_LABEL, "") == wanted:
             continue
