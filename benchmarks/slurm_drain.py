@@ -498,6 +498,7 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
             )
             rss = sum(_rss(process.pid) for process in processes)
             say(f"(c) {args.nodes} agents registered, {rss / 2**30:.2f} GiB resident together")
+            say(f"(c) node states: {node_states()}")
             world = console_world(pool.name, args.nodes)
 
             def fillers_started(ids: list[int]) -> bool:
@@ -505,13 +506,30 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
                     len(list((agents_dir / name / "replicas").glob("*.json"))) for name in node_names(args.nodes)
                 ) >= len(ids)
 
-            return drain(world, args, fillers_started, "c")
+            try:
+                return drain(world, args, fillers_started, "c")
+            except AssertionError:
+                say(f"(c) node states: {node_states()}")
+                for name, state, beat, lost, registered in Node.objects.exclude(state="ready").values_list(
+                    "name", "state", "last_heartbeat", "agent__lost_at", "agent__registered_at"
+                )[:5]:
+                    tail = (agents_dir / f"{name}.log").read_text(errors="replace").strip().splitlines()[-3:]
+                    say(f"(c) {name} {state}: beat {beat}, lost {lost}, registered {registered}; agent log: {tail}")
+                raise
         finally:
             for process in processes:
                 process.terminate()
             for process in processes:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     process.wait(timeout=10)
+
+
+def node_states() -> dict[str, int]:
+    from django.db.models import Count
+
+    from quotas.models import Node
+
+    return {str(state): int(count) for state, count in Node.objects.values_list("state").annotate(Count("id"))}
 
 
 def _rss(pid: int) -> int:

@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from quotas import audit, hooks
-from quotas.models import GpuDevice, Installation, Node, NodeAgent, NodeState
+from quotas.models import AuditRecord, GpuDevice, Installation, Node, NodeAgent, NodeState
 from quotas.services import Actor, _require_platform_admin
 
 # Every node token starts with this, so a node token pasted where a user token goes is recognised
@@ -44,7 +44,12 @@ def issue_node_token(*, actor: Actor, node: Node) -> str:
         existing = NodeAgent.objects.filter(node=locked).first()
         fields = {"token_hash": hash_node_token(token), "token_prefix": token[:12], "token_issued_at": now}
         if existing is None:
-            NodeAgent.objects.create(node=locked, **fields)
+            # A node the lost-node check took out before it had an agent row (made, then its
+            # token issued more than NODE_LOST_SECONDS later: 64 agents set up one by one on a
+            # busy machine) had nowhere to keep `lost_at`, and its agent's beats never made it
+            # ready again. Its first row keeps it, so they do.
+            lost_at = now if _taken_out_by_the_lost_check(locked) else None
+            NodeAgent.objects.create(node=locked, lost_at=lost_at, **fields)
         else:
             NodeAgent.objects.filter(pk=existing.pk).update(**fields)
         audit.record(
@@ -57,6 +62,23 @@ def issue_node_token(*, actor: Actor, node: Node) -> str:
             after={"token": token[:12] + "…"},
         )
     return token
+
+
+def _taken_out_by_the_lost_check(node: Node) -> bool:
+    """Whether the node is not ready because the lost-node check made it so (its last change of
+    readiness is that check's `node.down`, by no one), not because an admin did."""
+    if node.state != NodeState.NOT_READY:
+        return False
+    last = (
+        AuditRecord.objects.filter(object_type="node", object_id=str(node.pk), action__in=("node.down", "node.up"))
+        .order_by("-id")
+        .values_list("action", "actor_id", "after")
+        .first()
+    )
+    if last is None:
+        return False
+    action, actor_id, after = last
+    return action == "node.down" and actor_id is None and str((after or {}).get("why", "")).startswith("no heartbeat")
 
 
 # The 401's sentence, for a token never issued and for one rotated away alike.

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser, User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -19,6 +20,7 @@ from console.services import issue_token
 from quotas import bounds
 from quotas.models import AuditRecord, Node, NodeAgent, NodeExecutor, NodeState
 from quotas.node_agents import heartbeat_record_seconds, issue_node_token
+from quotas.services.nodes import set_node_state
 from scheduling import services
 from scheduling.executors import get_executor
 from scheduling.models import AgentProcess, Job, JobEvent, JobEventKind, JobState
@@ -390,6 +392,31 @@ def test_a_silent_node_goes_not_ready_then_its_jobs_are_requeued_and_a_returning
     answer = _beat(client, node, [_running(start)])
     assert [s["replica"] for s in answer["stops"]] == [start["replica"]]
     assert Node.objects.get(name=node).state == NodeState.READY
+
+
+def test_a_node_lost_before_its_token_was_issued_is_ready_once_its_agent_registers(
+    agent_cluster: Cluster, settings: Any
+) -> None:
+    """The drain benchmark's 64 agents: nodes made first, tokens issued one by one after; the
+    last nodes went not ready before their agent rows existed, and stayed so after registering."""
+    settings.NODE_LOST_SECONDS = 30
+    Node.objects.filter(name="gpu-1").update(last_heartbeat=None)  # never beaten: the clock is its creation
+    get_executor().tick(timezone.now() + timedelta(seconds=30 + heartbeat_record_seconds() + 1))
+    assert Node.objects.get(name="gpu-1").state == NodeState.NOT_READY
+    assert not NodeAgent.objects.filter(node__name="gpu-1").exists()
+    registered = {"node": "gpu-1", "version": "0.1.0", "gpus": _gpus(8)}
+    assert _node_client(_token("gpu-1")).post(REGISTER, registered, format="json").status_code == 200
+    assert Node.objects.get(name="gpu-1").state == NodeState.READY
+
+
+def test_a_node_an_admin_took_down_before_its_token_stays_down_when_its_agent_registers(
+    agent_cluster: Cluster, settings: Any
+) -> None:
+    admin = get_user_model().objects.create_superuser(username="root-down", email="", password=None)
+    set_node_state(actor=admin, node=Node.objects.get(name="gpu-1"), state=NodeState.NOT_READY)
+    registered = {"node": "gpu-1", "version": "0.1.0", "gpus": _gpus(8)}
+    assert _node_client(_token("gpu-1")).post(REGISTER, registered, format="json").status_code == 200
+    assert Node.objects.get(name="gpu-1").state == NodeState.NOT_READY
 
 
 def test_the_nodes_api_sets_the_executor_and_shows_state_and_last_heartbeat(
