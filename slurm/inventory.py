@@ -161,8 +161,9 @@ def _follow(node: Node, slurm_node: SlurmNode, now: datetime) -> int:
             warn_once(f"resize:{node.name}", f"Slurm node {node.name} not updated: {'; '.join(error.messages)}")
     if node.labels.get(PARTITION) != slurm_node.partition:
         changed += _move_to_partition(node, slurm_node.partition)
-    if node.labels.get(AVAILABILITY) != slurm_node.availability or node.labels.get(REASON, "") != (
-        slurm_node.reason[:200]
+    if (
+        node.labels.get(AVAILABILITY) != slurm_node.availability
+        or node.labels.get(REASON, "") != (slurm_node.reason[:200])
     ):
         changed += _set_availability(node, slurm_node.availability, slurm_node.reason, now)
     return changed
