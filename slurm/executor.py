@@ -393,18 +393,7 @@ def _claim_all(
 ) -> list[tuple[_Placed, Job, SlurmJobRow]]:
     """The claims of many replicas in one statement; when another process claimed one of them
     meanwhile (the statement fails as a whole), one at a time, leaving out the ones taken."""
-    rows = [
-        SlurmJobRow(
-            job=job,
-            replica=one.replica,
-            rank=ranks.get(one.replica, 0),
-            node_name=one.node,
-            name=name,
-            output=str(output_dir / f"{name}.out"),
-            submitted_at=_now(),
-        )
-        for one, job, name in wanted
-    ]
+    rows = [_claim_row(one, job, name, ranks, output_dir) for one, job, name in wanted]
     try:
         with transaction.atomic():
             created = SlurmJobRow.objects.bulk_create(rows)
@@ -417,20 +406,26 @@ def _claim(
     one: _Placed, job: Job, name: str, ranks: Mapping[int, int], output_dir: Path
 ) -> tuple[_Placed, Job, SlurmJobRow] | None:
     """The claim: whoever writes this row submits the replica, once; None when another did."""
+    row = _claim_row(one, job, name, ranks, output_dir)
     try:
         with transaction.atomic():
-            row = SlurmJobRow.objects.create(
-                job=job,
-                replica=one.replica,
-                rank=ranks.get(one.replica, 0),
-                node_name=one.node,
-                name=name,
-                output=str(output_dir / f"{name}.out"),
-                submitted_at=_now(),
-            )
+            row.save(force_insert=True)
     except IntegrityError:
         return None
     return one, job, row
+
+
+def _claim_row(one: _Placed, job: Job, name: str, ranks: Mapping[int, int], output_dir: Path) -> SlurmJobRow:
+    """The row that claims a replica for this process, not yet written."""
+    return SlurmJobRow(
+        job=job,
+        replica=one.replica,
+        rank=ranks.get(one.replica, 0),
+        node_name=one.node,
+        name=name,
+        output=str(output_dir / f"{name}.out"),
+        submitted_at=_now(),
+    )
 
 
 def _sbatch_all(
