@@ -27,6 +27,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from scheduling import changes, engine, events, history, resource_figures
+from scheduling import snapshot as snapshots
 from scheduling.clock import get_clock
 from scheduling.commit import _Commit
 from scheduling.gc_pauses import without_collector_pauses
@@ -165,7 +166,8 @@ def _decide_and_commit(*, lease: CycleLease, trigger: str, now: datetime) -> Cyc
     # Read before the snapshot: a change committed in between is in the snapshot and stays
     # recorded, which costs at most one more cycle, never a missed one.
     change_ids = changes.seen()
-    snapshot, index = build_snapshot(now)
+    # Only the jobs whose rows moved since this worker's last cycle are read in full (scheduling.snapshot).
+    snapshot, index = build_snapshot(now, incremental=True)
     result = engine.schedule(snapshot)
     try:
         with transaction.atomic():
@@ -204,6 +206,7 @@ def _decide_and_commit(*, lease: CycleLease, trigger: str, now: datetime) -> Cyc
             if applied.decisions:
                 summary = {"kind": "cycle", **outcome.as_dict()}
                 transaction.on_commit(lambda: events.publish(summary))
+        snapshots.committed(index.fence_generation + 1)
     except _Refused as refusal:
         logger.warning("cycle with token %s refused: %s", lease.token, refusal.why)
         return CycleOutcome(

@@ -14,8 +14,10 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import FloatField, Func, QuerySet
+from django.db.models.expressions import RawSQL
 
 from quotas.models import Node, NodeExecutor, NodeState, Quota, ResourcePool
 from scheduling import engine
@@ -46,7 +48,7 @@ SEEN_JOB_COLUMNS = ("name", "requeue", "revision", "reason_code", "reason_messag
 
 def job_seen(row: tuple[Any, ...]) -> JobSeen:
     """A job as read from a row of `ENGINE_JOB_COLUMNS` followed by `SEEN_JOB_COLUMNS`."""
-    name, requeue, revision, reason_code, reason_message, position = row[len(ENGINE_JOB_COLUMNS) :]
+    name, requeue, revision, reason_code, reason_message, position = row[_SEEN_AT : _SEEN_AT + len(SEEN_JOB_COLUMNS)]
     # Positional, in JobSeen's field order: keyword arguments cost a snapshot of S4 a tenth of a second.
     return JobSeen(
         row[0],
@@ -70,6 +72,7 @@ class SnapshotIndex:
     quota_ids: dict[str, int] = field(default_factory=dict)
     fence_token: int = 0
     fence_generation: int = 0
+    jobs_read: int = 0  # job rows read in full: all of them, or those whose row version moved
 
 
 def job_key(pk: int) -> str:
@@ -156,21 +159,49 @@ ENGINE_JOB_COLUMNS = (
 QUOTA_ID_AT, GPUS_AT, STATE_AT, GRACE_SECONDS_AT = (
     ENGINE_JOB_COLUMNS.index(column) for column in ("quota_id", "gpus", "state", "grace_seconds")
 )
+_SEEN_AT = len(ENGINE_JOB_COLUMNS)
 
 
-class _EngineJobs:
-    """The engine jobs of the last snapshot this process built, by job id, with everything each
-    was built from (its engine columns, quota name and replicas as read). Most jobs are the same
-    from one cycle to the next, and building 10,000 frozen dataclasses costs a cycle tens of
-    milliseconds; a job whose row changed in any way is built anew. Keyed by id and compared,
-    not keyed by what it was built from: hashing that 18-value key for each of S4's 150,000 jobs
-    cost more than the comparison. Each snapshot replaces the whole map, so it holds only the
-    active jobs."""
+class _Known(NamedTuple):
+    """An active job as the last snapshot of this process read it, with what was built from it."""
 
-    built: dict[int, tuple[tuple[Any, ...], str, tuple[tuple[str, Any, float], ...], engine.Job]] = {}
+    mark: str | None  # its row version and its workspace's (PostgreSQL; see `_JOB_MARK`)
+    held_mark: str | None  # its placements' row versions while it holds GPUs (`_HELD_MARK`)
+    columns: tuple[Any, ...]  # its ENGINE_JOB_COLUMNS
+    quota: str
+    replicas: tuple[tuple[str, Any, float], ...]
+    seen: JobSeen
+    job: engine.Job
 
 
-_engine_jobs = _EngineJobs()
+class _Memory:
+    """The active jobs of the last snapshot this process built, by job id.
+
+    Most jobs are the same from one cycle to the next. A full read compares each row with what it
+    was (keyed by id and compared: hashing the 18-value key of each of S4's 150,000 jobs cost more
+    than the comparison) and rebuilds only what differs. A running worker's cycle reads less: on
+    PostgreSQL it asks only for the row versions of the active jobs, their workspaces and
+    placements (`_JOB_MARK`, `_HELD_MARK`) and reads in full only the jobs whose versions moved
+    (`_read_changed`). Any writer, the cycle's own commit, a service, a hand edit, makes a new row
+    version, so a change cannot hide from that comparison. Each snapshot replaces the whole map."""
+
+    known: dict[int, _Known] = {}
+    database: tuple[Any, ...] = ()
+    node_names: dict[int, str] = {}
+    quota_names: dict[int, str] = {}
+    # Incremental reads since the last full one, and the fence generation this process's own last
+    # commit left (`committed`): any other generation means another writer moved the fence.
+    reads_since_full = 0
+    committed_generation: int | None = None
+
+
+_memory = _Memory()
+
+
+def committed(generation: int) -> None:
+    """The cycle's commit moved the fence to `generation` over this process's last snapshot: the
+    next cycle may read only what changed while the fence still says so (scheduling.cycle)."""
+    _memory.committed_generation = generation
 
 
 def engine_job(key: str, row: tuple[Any, ...], quota: str, replicas: tuple[tuple[str, Any, float], ...]) -> engine.Job:
@@ -354,7 +385,7 @@ def read_nodes_and_quotas() -> NodesAndQuotas:
     )
 
 
-def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
+def build_snapshot(now: datetime, *, incremental: bool = False) -> tuple[engine.Snapshot, SnapshotIndex]:
     """The cluster as the engine sees it: ready and down nodes, the quota tree, the active jobs.
 
     The fence is read first: a cycle that commits after this read makes the snapshot stale, and
@@ -369,54 +400,207 @@ def build_snapshot(now: datetime) -> tuple[engine.Snapshot, SnapshotIndex]:
         fence_generation=frame.fence_generation,
     )
 
-    job_rows = raw_rows(
-        Job.objects.filter(state__in=ACTIVE_STATES)
-        .order_by("submitted_at", "id")
-        .annotate(submitted=Moment("submitted_at"), started=Moment("started_at"), evicted=Moment("evicted_at"))
-        .values_list(*ENGINE_JOB_COLUMNS, *SEEN_JOB_COLUMNS)
-    )
-    # Per holding job, its replicas as read: (node name, devices as stored, fraction).
-    held: dict[int, list[tuple[str, Any, float]]] = defaultdict(list)
-    if any(row[STATE_AT] in HOLDING_STATES for row in job_rows):
-        placement_rows = raw_rows(
-            ReplicaPlacementRecord.objects.filter(job__state__in=HOLDING_STATES)
-            .order_by("job_id", "id")
-            .values_list("job_id", "node_id", "devices", "fraction")
-        )
-        for job_id, node_id, devices, fraction in placement_rows:
-            stored = devices if isinstance(devices, str) else tuple(devices)  # hashable: part of a job's identity
-            held[job_id].append((node_names[node_id], stored, fraction))
-
-    jobs: list[engine.Job] = []
-    seen_jobs = index.jobs
-    built = _engine_jobs.built
-    kept: dict[int, tuple[tuple[Any, ...], str, tuple[tuple[str, Any, float], ...], engine.Job]] = {}
-    width = len(ENGINE_JOB_COLUMNS)
-    for row in job_rows:
-        pk = row[0]
-        key = str(pk)  # job_key, inlined: this loop runs once per active job
-        seen_jobs[key] = job_seen(row)
-        quota = quota_names[row[QUOTA_ID_AT]]
-        replicas = tuple(held[pk]) if pk in held else ()
-        columns = row[:width]
-        previous = built.get(pk)
-        if previous is not None and previous[0] == columns and previous[1] == quota and previous[2] == replicas:
-            job = previous[3]
-        else:
-            job = engine_job(key, row, quota, replicas)
-        kept[pk] = (columns, quota, replicas, job)
-        jobs.append(job)
-    _engine_jobs.built = kept
+    known, read = _active_jobs(frame, incremental=incremental)
+    index.jobs = {str(pk): entry.seen for pk, entry in known.items()}
+    index.jobs_read = read
 
     snapshot = engine.Snapshot(
         nodes=tuple(frame.nodes),
         quotas=tuple(frame.quotas),
-        jobs=tuple(jobs),
+        jobs=tuple(entry.job for entry in known.values()),
         now=now.timestamp(),
         placement=frame.placement,
         pool_placements=frame.pool_placements,
     )
     return snapshot, index
+
+
+def _database() -> tuple[Any, ...]:
+    settings_dict = connection.settings_dict
+    return (connection.vendor, settings_dict.get("HOST"), settings_dict.get("PORT"), settings_dict.get("NAME"))
+
+
+def _active_jobs(frame: NodesAndQuotas, *, incremental: bool) -> tuple[dict[int, _Known], int]:
+    """The active jobs in the engine's order (submitted_at, id), and how many rows were read in full."""
+    memory = _memory
+    database = _database()
+    full_every = max(1, int(getattr(settings, "SCHEDULER_FULL_CYCLE_BEATS", 12)))
+    if (
+        incremental
+        and connection.vendor == "postgresql"
+        and memory.known
+        and memory.database == database
+        and memory.committed_generation == frame.fence_generation
+        and memory.reads_since_full < full_every
+        and memory.node_names == frame.node_names
+        and memory.quota_names == frame.quota_names
+    ):
+        changed = _read_changed(frame, memory.known)
+        if changed is not None:
+            memory.known, read = changed
+            memory.reads_since_full += 1
+            return memory.known, read
+    memory.known = _read_all(frame, memory.known)
+    memory.database = database
+    memory.node_names, memory.quota_names = frame.node_names, frame.quota_names
+    memory.reads_since_full = 0
+    return memory.known, len(memory.known)
+
+
+def _marks() -> tuple[str, str]:
+    """SQL for a job row's version mark and its placements' (PostgreSQL): each row version's
+    `xmin` (the transaction that wrote it) and `ctid` (where it lies). An UPDATE writes a new
+    version; a version written by one transaction never takes another's place, and a later one
+    by the same transaction (a test's) goes elsewhere while the first is still there, so an
+    equal mark is the same row as read."""
+    qn = connection.ops.quote_name
+    job = qn(Job._meta.db_table)
+    workspace = qn(Job._meta.get_field("workspace").related_model._meta.db_table)  # type: ignore[union-attr]
+    placement = qn(ReplicaPlacementRecord._meta.db_table)
+    holding = ", ".join(f"'{state}'" for state in HOLDING_STATES)
+    job_mark = f"{job}.xmin::text || {job}.ctid::text || ' ' || {workspace}.xmin::text || {workspace}.ctid::text"
+    held_mark = (
+        f"CASE WHEN {job}.state IN ({holding}) THEN (SELECT string_agg(p.xmin::text || p.ctid::text, ' ' "
+        f"ORDER BY p.id) FROM {placement} p WHERE p.job_id = {job}.id) END"
+    )
+    return job_mark, held_mark
+
+
+
+def _job_rows(ids: list[int] | None) -> list[tuple[Any, ...]]:
+    """Active jobs as `ENGINE_JOB_COLUMNS` + `SEEN_JOB_COLUMNS` (+ their mark on PostgreSQL), in the
+    engine's order: all of them, or those of `ids`."""
+    jobs = Job.objects.filter(state__in=ACTIVE_STATES)
+    if ids is not None:
+        jobs = jobs.filter(pk__in=RawSQL("SELECT unnest(%s::bigint[])", (ids,)))
+    jobs = jobs.order_by("submitted_at", "id").annotate(
+        submitted=Moment("submitted_at"), started=Moment("started_at"), evicted=Moment("evicted_at")
+    )
+    if connection.vendor == "postgresql":
+        # The workspace's name is among the engine columns: its row version belongs to the mark.
+        jobs = jobs.annotate(mark=RawSQL(_marks()[0], ()))
+        return raw_rows(jobs.values_list(*ENGINE_JOB_COLUMNS, *SEEN_JOB_COLUMNS, "mark"))
+    return [(*row, None) for row in raw_rows(jobs.values_list(*ENGINE_JOB_COLUMNS, *SEEN_JOB_COLUMNS))]
+
+
+def _placement_rows(ids: list[int] | None) -> list[tuple[Any, ...]]:
+    """Held replicas as (job id, node id, devices as stored, fraction, mark), by job and id: of every
+    holding job, or of the jobs `ids` (whatever their state; the caller keeps the holding ones)."""
+    placements = ReplicaPlacementRecord.objects.all()
+    if ids is None:
+        placements = placements.filter(job__state__in=HOLDING_STATES)
+    else:
+        placements = placements.filter(job_id__in=RawSQL("SELECT unnest(%s::bigint[])", (ids,)))
+    placements = placements.order_by("job_id", "id")
+    if connection.vendor == "postgresql":
+        table = connection.ops.quote_name(ReplicaPlacementRecord._meta.db_table)
+        placements = placements.annotate(mark=RawSQL(f"{table}.xmin::text || {table}.ctid::text", ()))
+        return raw_rows(placements.values_list("job_id", "node_id", "devices", "fraction", "mark"))
+    return [(*row, None) for row in raw_rows(placements.values_list("job_id", "node_id", "devices", "fraction"))]
+
+
+def _held(
+    rows: list[tuple[Any, ...]], node_names: dict[int, str]
+) -> tuple[dict[int, list[tuple[str, Any, float]]], dict[int, list[str]]]:
+    """Per job, its replicas as read (node name, devices as stored, fraction) and their marks."""
+    held: dict[int, list[tuple[str, Any, float]]] = defaultdict(list)
+    marks: dict[int, list[str]] = defaultdict(list)
+    for job_id, node_id, devices, fraction, mark in rows:
+        stored = devices if isinstance(devices, str) else tuple(devices)  # hashable: part of a job's identity
+        held[job_id].append((node_names[node_id], stored, fraction))
+        marks[job_id].append(mark)
+    return held, marks
+
+
+def _known(
+    row: tuple[Any, ...],
+    quota: str,
+    replicas: tuple[tuple[str, Any, float], ...],
+    held_mark: str | None,
+    previous: _Known | None,
+) -> _Known:
+    """A job read in full (its mark last); its engine job kept from `previous` if built from the same."""
+    columns = row[:_SEEN_AT]
+    if (
+        previous is not None
+        and previous.columns == columns
+        and previous.quota == quota
+        and previous.replicas == replicas
+    ):
+        job = previous.job
+    else:
+        job = engine_job(str(row[0]), row, quota, replicas)
+    return _Known(row[-1], held_mark, columns, quota, replicas, job_seen(row), job)
+
+
+def _read_all(frame: NodesAndQuotas, before: dict[int, _Known]) -> dict[int, _Known]:
+    """Every active job, read in full; an engine job equal to the one built before is kept."""
+    job_rows = _job_rows(None)
+    held: dict[int, list[tuple[str, Any, float]]] = {}
+    held_marks: dict[int, list[str]] = {}
+    if any(row[STATE_AT] in HOLDING_STATES for row in job_rows):
+        held, held_marks = _held(_placement_rows(None), frame.node_names)
+    quota_names = frame.quota_names
+    known: dict[int, _Known] = {}
+    for row in job_rows:
+        pk = row[0]
+        marks = held_marks.get(pk)
+        known[pk] = _known(
+            row,
+            quota_names[row[QUOTA_ID_AT]],
+            tuple(held[pk]) if pk in held else (),
+            " ".join(marks) if marks and marks[0] is not None else None,
+            before.get(pk),
+        )
+    return known
+
+
+def _read_changed(frame: NodesAndQuotas, before: dict[int, _Known]) -> tuple[dict[int, _Known], int] | None:
+    """The active jobs from their row versions alone, reading in full only those whose version (or
+    whose workspace's or placements') moved since `before`. None when a job moved again between
+    the two reads: the caller reads everything."""
+    qn = connection.ops.quote_name
+    job_mark, held_mark = _marks()
+    job = qn(Job._meta.db_table)
+    workspace = qn(Job._meta.get_field("workspace").related_model._meta.db_table)  # type: ignore[union-attr]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {job}.id, {job_mark}, {held_mark} FROM {job} "
+            f"INNER JOIN {workspace} ON {workspace}.id = {job}.workspace_id "
+            f"WHERE {job}.state = ANY(%s) ORDER BY {job}.submitted_at ASC, {job}.id ASC",
+            [list(ACTIVE_STATES)],
+        )
+        versions: list[tuple[int, str, str | None]] = cursor.fetchall()
+    stale = [
+        pk for pk, mark, held in versions if (k := before.get(pk)) is None or k.mark != mark or k.held_mark != held
+    ]
+    fresh: dict[int, tuple[Any, ...]] = {}
+    held: dict[int, list[tuple[str, Any, float]]] = {}
+    held_marks: dict[int, list[str]] = {}
+    if stale:
+        fresh = {row[0]: row for row in _job_rows(stale)}
+        if len(fresh) != len(stale):
+            return None  # a job left the active states between the two reads
+        held, held_marks = _held(_placement_rows(stale), frame.node_names)
+    quota_names = frame.quota_names
+    known: dict[int, _Known] = {}
+    for pk, mark, placed in versions:
+        row = fresh.get(pk)
+        if row is None:
+            known[pk] = before[pk]
+            continue
+        holding = row[STATE_AT] in HOLDING_STATES
+        marks = held_marks.get(pk)
+        if row[-1] != mark or placed != (" ".join(marks) if holding and marks else None):
+            return None
+        known[pk] = _known(
+            row,
+            quota_names[row[QUOTA_ID_AT]],
+            tuple(held[pk]) if holding and pk in held else (),
+            placed,
+            before.get(pk),
+        )
+    return known, len(stale)
 
 
 def held_devices() -> tuple[dict[int, tuple[int, str]], list[tuple[int, int, tuple[int, ...], float]]]:
