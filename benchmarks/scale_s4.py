@@ -171,6 +171,7 @@ def child_cycle(url: str, template: str, run_db: str) -> dict[str, Any]:
         server.execute(f'CREATE DATABASE "{run_db}" TEMPLATE "{template}"')
     _use_database(url, run_db)
     parts: dict[str, list[float]] = {}
+    read: list[int] = []  # job rows each cycle's snapshot read in full (a running worker's: those that moved)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         backend = Path(f"/proc/{cursor.fetchone()[0]}/stat")
@@ -184,7 +185,10 @@ def child_cycle(url: str, template: str, run_db: str) -> dict[str, Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             started, cpu_started, server_started = time.perf_counter(), time.process_time(), server_cpu()
             try:
-                return function(*args, **kwargs)
+                answer = function(*args, **kwargs)
+                if name == "snapshot":
+                    read.append(getattr(answer[1], "jobs_read", len(answer[1].jobs)))
+                return answer
             finally:
                 parts[name] = [
                     time.perf_counter() - started,
@@ -213,6 +217,8 @@ def child_cycle(url: str, template: str, run_db: str) -> dict[str, Any]:
                 cpu = time.process_time() - cpu_started
             first_parts = dict(parts)
             steady_outcome = cycle.run_cycle(trigger="benchmark")  # the next cycle: little left to decide
+            next_parts = dict(parts)
+            later_outcome = cycle.run_cycle(trigger="benchmark")  # the one after: the first cycle's reasons settled
     finally:
         connection.close()
         with psycopg.connect(dbname="postgres", autocommit=True, **admin) as server:
@@ -226,7 +232,9 @@ def child_cycle(url: str, template: str, run_db: str) -> dict[str, Any]:
         "queries": len(queries),
         "cpu_with_executor_s": cpu,
         "parts": first_parts,
-        "steady": {"duration_s": steady_outcome.duration_ms / 1000, "parts": parts},
+        "steady": {"duration_s": steady_outcome.duration_ms / 1000, "parts": next_parts},
+        "later": {"duration_s": later_outcome.duration_ms / 1000, "parts": parts},
+        "jobs_read": read,
         "peak_rss_mb": max_rss_mb(),
     }
 
@@ -344,7 +352,8 @@ def report(
             full = cycles.get((label, scale))
             if full is None:
                 continue
-            for name, part in (("first", full), ("next", full["steady"])):
+            later = (("third", full["later"]),) if "later" in full else ()
+            for number, (name, part) in enumerate((("first", full), ("next", full["steady"]), *later)):
                 parts = part["parts"]
                 process = [parts[step][1] for step in ("snapshot", "engine", "commit")]
                 server = [parts[step][2] for step in ("snapshot", "engine", "commit")]
@@ -352,11 +361,13 @@ def report(
                     f"| {scale}× | {label} | {name} | {_ratio(part['duration_s'], CYCLE_TARGET_S)} "
                     f"| {sum(process):.2f} = {' + '.join(f'{value:.2f}' for value in process)} "
                     f"| {sum(server):.2f} | {full['queries'] if name == 'first' else '—'} "
+                    f"| {full['jobs_read'][number] if 'jobs_read' in full else '—'} "
                     f"| {full['peak_rss_mb']:.0f} |"
                 )
     print(
         "\nfirst: the first cycle of a fresh process on the seeded database (every pending job's reason "
-        "written); next: the cycle after it, in the same process (engine jobs reused, as a worker runs)."
+        "written); next: the cycle after it, in the same process (engine jobs reused, as a worker runs); "
+        "third: the one after that (the first cycle's reasons settled)."
     )
 
 

@@ -1,0 +1,111 @@
+"""A running worker's snapshot reads in full only the jobs whose rows moved (scheduling.snapshot):
+whatever wrote the change, a service, a hand edit, another process, the next cycle sees it, and
+its snapshot is the one a full read would give."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from scheduling import snapshot as snapshots
+from scheduling.clock import get_clock
+from scheduling.cycle import run_cycle
+from scheduling.models import Job, JobState, ReplicaPlacementRecord
+from scheduling.providers import commit_turn
+from scheduling.snapshot import build_snapshot
+from tests.scheduling.conftest import Cluster, build_cluster
+from workspaces.models import Workspace
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True),  # each write its own transaction, as another process's
+    pytest.mark.skipif(
+        "connection.vendor != 'postgresql'", reason="row versions (xmin, ctid) are PostgreSQL's; SQLite reads all"
+    ),
+]
+
+
+@pytest.fixture
+def busy(settings: Any) -> Cluster:
+    """Eight GPUs held, three jobs waiting, after cycles enough that nothing moves any more."""
+    settings.SCHEDULER_TRIGGER = "none"
+    cluster = build_cluster(node_gpus=(8,))
+    cluster.submit("holder", gpus=8, preemptible=False)
+    for name in ("first", "second", "third"):
+        cluster.submit(name, "team-b", gpus=4)
+    for _ in range(3):
+        run_cycle(trigger="test")
+    assert cluster.state("holder") == JobState.RUNNING and cluster.state("first") == JobState.PENDING
+    return cluster
+
+
+def incremental() -> tuple[Any, snapshots.SnapshotIndex]:
+    return build_snapshot(get_clock().now(), incremental=True)
+
+
+def same_as_a_full_read(snapshot: Any, index: snapshots.SnapshotIndex) -> None:
+    full, full_index = build_snapshot(get_clock().now())
+    assert snapshot.jobs == full.jobs
+    assert index.jobs == full_index.jobs
+
+
+def test_nothing_changed_reads_no_job_row(busy: Cluster) -> None:
+    snapshot, index = incremental()
+    assert index.jobs_read == 0
+    assert len(snapshot.jobs) == 4
+    same_as_a_full_read(snapshot, index)
+
+
+def test_a_hand_edit_that_records_nothing_is_read_by_the_next_cycle(busy: Cluster) -> None:
+    """No SchedulingChange, no fence move, no signal: only the row's new version tells."""
+    Job.objects.filter(pk=busy.jobs["second"].pk).update(priority=9)
+    snapshot, index = incremental()
+    assert index.jobs_read == 1
+    assert next(job for job in snapshot.jobs if job.id == str(busy.jobs["second"].pk)).priority == 9
+    same_as_a_full_read(*incremental())
+    # The cycle decides on it: a job that now fits is admitted.
+    Job.objects.filter(pk=busy.jobs["third"].pk).update(gpus=0.5, quota=busy.quotas["team-a"])
+    Job.objects.filter(pk=busy.jobs["holder"].pk).update(state=JobState.SUCCEEDED)
+    ReplicaPlacementRecord.objects.filter(job=busy.jobs["holder"]).delete()
+    outcome = run_cycle(trigger="test")
+    assert outcome.committed and busy.jobs["third"].pk in outcome.admitted_ids
+
+
+def test_placements_workspaces_and_new_or_gone_jobs_are_seen(busy: Cluster) -> None:
+    placement = ReplicaPlacementRecord.objects.get(job=busy.jobs["holder"])
+    ReplicaPlacementRecord.objects.filter(pk=placement.pk).update(devices=[0, 1, 2, 3, 4, 5, 6, 7][::-1])
+    snapshot, index = incremental()
+    assert index.jobs_read == 1
+    holder = next(job for job in snapshot.jobs if job.id == str(busy.jobs["holder"].pk))
+    assert holder.placements[0].devices == (7, 6, 5, 4, 3, 2, 1, 0)
+    Workspace.objects.filter(pk=busy.workspace.pk).update(name="lab-renamed")
+    snapshot, index = incremental()
+    assert index.jobs_read == 4 and {job.workspace for job in snapshot.jobs} == {"lab-renamed"}
+    busy.submit("fourth", "team-b", gpus=2)
+    Job.objects.filter(pk=busy.jobs["first"].pk).update(state=JobState.CANCELLED)
+    snapshot, index = incremental()
+    assert index.jobs_read == 1
+    assert {job.id for job in snapshot.jobs} == {
+        str(busy.jobs[name].pk) for name in ("holder", "second", "third", "fourth")
+    }
+    same_as_a_full_read(snapshot, index)
+
+
+def test_a_fence_moved_by_another_writer_or_enough_cycles_make_a_full_read(busy: Cluster, settings: Any) -> None:
+    commit_turn()  # a node edit's turn: not this worker's commit
+    assert incremental()[1].jobs_read == 4
+    run_cycle(trigger="test")
+    settings.SCHEDULER_FULL_CYCLE_BEATS = 2
+    reads = [incremental()[1].jobs_read for _ in range(3)]
+    assert reads == [0, 0, 4]  # the safety net: a full read every SCHEDULER_FULL_CYCLE_BEATS reads
+
+
+def test_renamed_quotas_and_nodes_make_a_full_read(busy: Cluster) -> None:
+    busy.quotas["team-b"].name = "team-bee"
+    busy.quotas["team-b"].save()
+    snapshot, index = incremental()
+    assert index.jobs_read == 4
+    assert {job.quota for job in snapshot.jobs} == {"team-a", "team-bee"}
+    assert connection.vendor == "postgresql"
