@@ -53,7 +53,7 @@ class _Commit(_CommitRows):
             # A drained job is placed by a cycle that sees it pending: ask for one, as the
             # executor does when a grace period ends.
             triggers.request_cycle_on_commit("drain")
-        self._load_occupancy()
+        self._load_occupancy(result, moves)
         # Moves first, each once the devices it goes to are free: the engine may list a move onto
         # devices that a later move in the same result vacates (a chain of consolidations).
         waiting = [d for d in result.decisions if isinstance(d, engine.Admit) and d.job_id in moves]

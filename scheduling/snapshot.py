@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -16,7 +17,7 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import FloatField, Func, QuerySet
+from django.db.models import FloatField, Func, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
 from quotas.models import Node, NodeExecutor, NodeState, Quota, ResourcePool
@@ -633,18 +634,29 @@ def _read_changed(frame: NodesAndQuotas, before: dict[int, _Known]) -> tuple[dic
     return known_now, len(stale)
 
 
-def held_devices() -> tuple[dict[int, tuple[int, str]], list[tuple[int, int, tuple[int, ...], float]]]:
-    """Every node's GPUs and state, and every held replica (job id, node id, devices,
-    fraction): the devices as the caller's transaction sees them right now."""
-    nodes = {
-        node_id: (gpus, state) for node_id, gpus, state in raw_rows(Node.objects.values_list("id", "gpus", "state"))
-    }
+def held_devices(
+    node_ids: Collection[int] | None = None, job_ids: Collection[int] = ()
+) -> tuple[dict[int, tuple[int, str]], list[tuple[int, int, tuple[int, ...], float]]]:
+    """Nodes' GPUs and state, and the held replicas (job id, node id, devices, fraction) on them:
+    the devices as the caller's transaction sees them right now. Of every node, or of `node_ids`
+    only, with every replica of the jobs `job_ids` wherever it is."""
+    node_rows: QuerySet[Any] | None = Node.objects.all()
+    placements = ReplicaPlacementRecord.objects.filter(job__state__in=HOLDING_STATES)
+    if node_ids is not None:
+        if not node_ids and not job_ids:
+            return {}, []
+        node_rows = Node.objects.filter(pk__in=list(node_ids)) if node_ids else None
+        on = Q(node_id__in=list(node_ids)) if node_ids else Q(job_id__in=list(job_ids))
+        placements = placements.filter(on | Q(job_id__in=list(job_ids)) if node_ids and job_ids else on)
+    nodes = (
+        {}
+        if node_rows is None
+        else {node_id: (gpus, state) for node_id, gpus, state in raw_rows(node_rows.values_list("id", "gpus", "state"))}
+    )
     held = [
         (job_id, node_id, stored_devices(devices), fraction)
         for job_id, node_id, devices, fraction in raw_rows(
-            ReplicaPlacementRecord.objects.filter(job__state__in=HOLDING_STATES).values_list(
-                "job_id", "node_id", "devices", "fraction"
-            )
+            placements.values_list("job_id", "node_id", "devices", "fraction")
         )
     ]
     return nodes, held
