@@ -38,6 +38,8 @@ class _Applied:
     admitted: int = 0
     evicted: int = 0
     pending: int = 0
+    # Pending jobs whose reason this commit rewrote: so many rows the next snapshot reads anew.
+    reasons_written: int = 0
     skipped: int = 0
     decisions: list[dict[str, Any]] = field(default_factory=list)
     admitted_ids: list[int] = field(default_factory=list)
@@ -265,6 +267,6 @@ class _CommitRows:
             wanted = (reason.code, reason.message, reason.position) if reason else ("", "", None)
             if wanted != (seen.reason_code, seen.reason_message, seen.position):
                 rows.append((seen.pk, seen.revision, *wanted))
-        bulk.update_as_seen(
+        self.applied.reasons_written = bulk.update_as_seen(
             Job, state=JobState.PENDING, columns=("reason_code", "reason_message", "position"), rows=rows
         )

@@ -186,22 +186,25 @@ class _Memory:
     (`_read_changed`). Any writer, the cycle's own commit, a service, a hand edit, makes a new row
     version, so a change cannot hide from that comparison. Each snapshot replaces the whole map."""
 
-    known: dict[int, _Known] = {}
-    database: tuple[Any, ...] = ()
-    node_names: dict[int, str] = {}
-    quota_names: dict[int, str] = {}
+    # The database, node names and quota names it was read with, and the jobs: one tuple assigned
+    # at once (threads of a web process build snapshots side by side).
+    read: tuple[tuple[Any, ...], dict[int, str], dict[int, str], dict[int, _Known]] = ((), {}, {}, {})
     # Incremental reads since the last full one, and the fence generation this process's own last
     # commit left (`committed`): any other generation means another writer moved the fence.
     reads_since_full = 0
     committed_generation: int | None = None
+    rewritten = 0
 
 
 _memory = _Memory()
 
 
-def committed(generation: int) -> None:
-    """The cycle's commit moved the fence to `generation` over this process's last snapshot: the
-    next cycle may read only what changed while the fence still says so (scheduling.cycle)."""
+def committed(generation: int, *, rows_written: int) -> None:
+    """The cycle's commit moved the fence to `generation` over this process's last snapshot,
+    writing about `rows_written` job rows: the next cycle may read only what changed while the
+    fence still says so, and reads everything at once after a commit that rewrote most rows
+    (scheduling.cycle)."""
+    _memory.rewritten = rows_written
     _memory.committed_generation = generation
 
 
@@ -251,15 +254,12 @@ def engine_job(key: str, row: tuple[Any, ...], quota: str, replicas: tuple[tuple
 
 
 class _Built:
-    """The nodes and quotas of the last snapshot, with the rows they were built from: most cycles
-    read the same rows, and building S4's 21,000 frozen engine objects again costs a tenth of a second."""
+    """The nodes and quotas of the last snapshot, each with the rows they were built from: most
+    cycles read the same rows, and building S4's 21,000 frozen engine objects again costs a tenth
+    of a second. Each a tuple assigned at once: threads of a web process build snapshots too."""
 
-    node_rows: list[tuple[Any, ...]] = []
-    nodes: list[engine.Node] = []
-    node_names: dict[int, str] = {}
-    quota_rows: list[tuple[Any, ...]] = []
-    quota_names: dict[int, str] = {}
-    quotas: list[engine.Quota] = []
+    nodes: tuple[list[tuple[Any, ...]], list[engine.Node], dict[int, str]] = ([], [], {})
+    quotas: tuple[list[tuple[Any, ...]], dict[int, str], list[engine.Quota]] = ([], {}, [])
 
 
 _built = _Built()
@@ -287,8 +287,9 @@ def engine_quotas() -> tuple[dict[int, str], list[engine.Quota]]:
             "pool__name",
         )
     )
-    if _built.quota_rows == quota_rows:  # the tree as last built: eleven thousand quotas at S4
-        return dict(_built.quota_names), list(_built.quotas)
+    built_rows, built_names, built_quotas = _built.quotas
+    if built_rows == quota_rows:  # the tree as last built: eleven thousand quotas at S4
+        return dict(built_names), list(built_quotas)
     quota_names: dict[int, str] = {row[0]: row[1] for row in quota_rows}
     quotas = [
         engine.Quota(
@@ -328,7 +329,7 @@ def engine_quotas() -> tuple[dict[int, str], list[engine.Quota]]:
             pool,
         ) in enumerate(quota_rows)
     ]
-    _built.quota_rows, _built.quota_names, _built.quotas = quota_rows, dict(quota_names), list(quotas)
+    _built.quotas = (quota_rows, dict(quota_names), list(quotas))
     return quota_names, quotas
 
 
@@ -381,11 +382,12 @@ def read_nodes_and_quotas() -> NodesAndQuotas:
             "id", "name", "gpus", "cpu", "memory_gib", "state", "pool__name", "executor", "labels"
         )
     )
-    if _built.node_rows == node_rows:  # the nodes as last built: ten thousand at S4
-        nodes, node_names = list(_built.nodes), dict(_built.node_names)
-        node_rows = []
+    built_rows, built_nodes, built_names = _built.nodes
+    if built_rows == node_rows:  # the nodes as last built: ten thousand at S4
+        nodes, node_names = list(built_nodes), dict(built_names)
+        read_rows, node_rows = node_rows, []
     else:
-        _built.node_rows = node_rows
+        read_rows = node_rows
     for node_id, name, gpus, cpu, memory_gib, state, pool, executor, labels in node_rows:
         nodes.append(
             engine.Node(
@@ -404,7 +406,7 @@ def read_nodes_and_quotas() -> NodesAndQuotas:
         node_names[node_id] = name
 
     if node_rows:
-        _built.nodes, _built.node_names = list(nodes), dict(node_names)
+        _built.nodes = (read_rows, list(nodes), dict(node_names))
     quota_names, quotas = engine_quotas()
     return NodesAndQuotas(
         fence_token, fence_generation, placement, pool_placements, nodes, node_names, quota_names, quotas
@@ -450,27 +452,29 @@ def _active_jobs(frame: NodesAndQuotas, *, incremental: bool) -> tuple[dict[int,
     """The active jobs in the engine's order (submitted_at, id), and how many rows were read in full."""
     memory = _memory
     database = _database()
+    read_with, node_names, quota_names, before = memory.read
     full_every = max(1, int(getattr(settings, "SCHEDULER_FULL_CYCLE_BEATS", 12)))
     if (
         incremental
         and connection.vendor == "postgresql"
-        and memory.known
-        and memory.database == database
+        and before
+        and read_with == database
         and memory.committed_generation == frame.fence_generation
         and memory.reads_since_full < full_every
-        and memory.node_names == frame.node_names
-        and memory.quota_names == frame.quota_names
+        and node_names == frame.node_names
+        and quota_names == frame.quota_names
+        and memory.rewritten * _MOSTLY <= len(before)
     ):
-        changed = _read_changed(frame, memory.known)
+        changed = _read_changed(frame, before)
         if changed is not None:
-            memory.known, read = changed
+            known, read = changed
+            memory.read = (database, frame.node_names, frame.quota_names, known)
             memory.reads_since_full += 1
-            return memory.known, read
-    memory.known = _read_all(frame, memory.known)
-    memory.database = database
-    memory.node_names, memory.quota_names = frame.node_names, frame.quota_names
+            return known, read
+    known = _read_all(frame, before)
+    memory.read = (database, frame.node_names, frame.quota_names, known)
     memory.reads_since_full = 0
-    return memory.known, len(memory.known)
+    return known, len(known)
 
 
 def _mark(table: str) -> str:
