@@ -96,8 +96,8 @@ class _CommitRows:
 
     def _load_occupancy(self, result: engine.CycleResult, moves: set[str]) -> None:
         """The devices as this transaction sees them, after this cycle's own evictions and shrinks:
-        of the nodes the result places on, and every replica of the jobs it moves (S4 places on a
-        few hundred of its 10,000 nodes; reading all of their 50,000 replicas cost a second)."""
+        of the nodes the result places on, and every replica of the jobs it moves (a cycle of S4
+        places on a few hundred of its 10,000 nodes, which hold 50,000 replicas in all)."""
         targets: set[int] = set()
         for decision in result.decisions:
             replicas = (
