@@ -127,3 +127,28 @@ def update_as_seen(
             [(*value, *fixed_params, row[0], state, row[1]) for value, row in zip(values, rows, strict=True)],
         )
         return int(cursor.rowcount)
+
+
+def update_as_read(
+    model: type[models.Model], *, state: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+) -> list[tuple[int, str]]:
+    """PostgreSQL only. Per row (id, seen revision, seen row version, *one value per column): set
+    those columns on the row only while it is in `state` at the seen revision and still the very
+    version read (`xmin::text || ctid::text`, scheduling.snapshot). Returns (id, new version) of
+    each row written."""
+    if not rows:
+        return []
+    qn = connection.ops.quote_name
+    table = qn(model._meta.db_table)
+    typed = ", ".join(["seen_id bigint", "seen_revision integer", "seen_version text", *_typed(model, columns)])
+    assignments = ", ".join(f"{qn(column)} = v.{qn(column)}" for column in columns)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} AS j SET {assignments} FROM json_to_recordset(%s::json) AS v({typed}) "
+            f"WHERE j.{qn('id')} = v.seen_id AND j.{qn('state')} = %s AND j.{qn('revision')} = v.seen_revision "
+            "AND j.xmin::text || j.ctid::text = v.seen_version "
+            f"RETURNING j.{qn('id')}, j.xmin::text || j.ctid::text",
+            [_document(("seen_id", "seen_revision", "seen_version", *columns), rows), state],
+        )
+        written: list[tuple[int, str]] = cursor.fetchall()
+    return written

@@ -14,9 +14,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.db import transaction
+
 from quotas.bounds import readable
 from quotas.models import NodeState
 from scheduling import bulk, engine
+from scheduling import snapshot as snapshots
 from scheduling.models import Job, JobEvent, JobState, ReplicaPlacementRecord
 from scheduling.selectors import JobSeen, SnapshotIndex, held_devices
 
@@ -38,8 +41,9 @@ class _Applied:
     admitted: int = 0
     evicted: int = 0
     pending: int = 0
-    # Pending jobs whose reason this commit rewrote: so many rows the next snapshot reads anew.
-    reasons_written: int = 0
+    # Pending jobs whose reason this commit rewrote without telling the snapshot's memory (SQLite,
+    # or a snapshot read without row versions): so many rows the next snapshot reads anew.
+    reasons_read_again: int = 0
     skipped: int = 0
     decisions: list[dict[str, Any]] = field(default_factory=list)
     admitted_ids: list[int] = field(default_factory=list)
@@ -258,15 +262,29 @@ class _CommitRows:
 
     def _write_reasons(self, result: engine.CycleResult, admitted_now: set[str]) -> None:
         """Only reasons that changed since the snapshot are written, and only to jobs still pending
-        at the revision the snapshot saw: one statement per thousand rows."""
+        at the revision the snapshot saw: one statement per thousand rows. On PostgreSQL, only to
+        rows still the very version the snapshot read; the new versions go to the snapshot's
+        memory once committed, so that the next cycle need not read those rows again."""
         rows: list[tuple[int, int, str, str, int | None]] = []
+        as_read: list[tuple[int, int, str, str, str, int | None]] = []
         for key, seen in self.index.jobs.items():
             if seen.state != JobState.PENDING or key in admitted_now:
                 continue
             reason = result.pending.get(key)
             wanted = (reason.code, reason.message, reason.position) if reason else ("", "", None)
             if wanted != (seen.reason_code, seen.reason_message, seen.position):
-                rows.append((seen.pk, seen.revision, *wanted))
-        self.applied.reasons_written = bulk.update_as_seen(
-            Job, state=JobState.PENDING, columns=("reason_code", "reason_message", "position"), rows=rows
-        )
+                if seen.version is None:
+                    rows.append((seen.pk, seen.revision, *wanted))
+                else:
+                    as_read.append((seen.pk, seen.revision, seen.version, *wanted))
+        columns = ("reason_code", "reason_message", "position")
+        written = bulk.update_as_seen(Job, state=JobState.PENDING, columns=columns, rows=rows)
+        if as_read:
+            versions = dict(bulk.update_as_read(Job, state=JobState.PENDING, columns=columns, rows=as_read))
+            settled = [
+                (pk, versions[pk], code, message, position)
+                for pk, _revision, _version, code, message, position in as_read
+                if pk in versions
+            ]
+            transaction.on_commit(lambda: snapshots.reasons_written(settled))
+        self.applied.reasons_read_again = written

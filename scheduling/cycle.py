@@ -206,7 +206,9 @@ def _decide_and_commit(*, lease: CycleLease, trigger: str, now: datetime) -> Cyc
             if applied.decisions:
                 summary = {"kind": "cycle", **outcome.as_dict()}
                 transaction.on_commit(lambda: events.publish(summary))
-        snapshots.committed(index.fence_generation + 1, rows_written=applied.reasons_written + len(applied.decisions))
+        snapshots.committed(
+            index.fence_generation + 1, rows_written=applied.reasons_read_again + len(applied.decisions)
+        )
     except _Refused as refusal:
         logger.warning("cycle with token %s refused: %s", lease.token, refusal.why)
         return CycleOutcome(

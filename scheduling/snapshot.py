@@ -41,13 +41,15 @@ class JobSeen(NamedTuple):
     reason_code: str
     reason_message: str
     position: int | None
+    # The row's version as read (`_mark`, PostgreSQL), for writes that must meet the row as read.
+    version: str | None = None
 
 
 # What a snapshot keeps of each job beside its engine columns, to check a decision against at commit.
 SEEN_JOB_COLUMNS = ("name", "requeue", "revision", "reason_code", "reason_message", "position")
 
 
-def job_seen(row: tuple[Any, ...]) -> JobSeen:
+def job_seen(row: tuple[Any, ...], version: str | None = None) -> JobSeen:
     """A job as read from a row of `ENGINE_JOB_COLUMNS` followed by `SEEN_JOB_COLUMNS`."""
     name, requeue, revision, reason_code, reason_message, position = row[_SEEN_AT : _SEEN_AT + len(SEEN_JOB_COLUMNS)]
     # Positional, in JobSeen's field order: keyword arguments cost a snapshot of S4 a tenth of a second.
@@ -63,6 +65,7 @@ def job_seen(row: tuple[Any, ...]) -> JobSeen:
         reason_code,
         reason_message,
         position,
+        version,
     )
 
 
@@ -485,6 +488,30 @@ def _mark(table: str) -> str:
     return f"{table}.xmin::text || {table}.ctid::text"
 
 
+def _job_part(mark: str | None) -> str | None:
+    """The job row's own version in a job's mark (the workspace's follows it)."""
+    return None if mark is None else mark.split(" ", 1)[0]
+
+
+def reasons_written(written: list[tuple[int, str, str, str, int | None]]) -> None:
+    """After a commit: the pending jobs whose reason it wrote, each (id, the row's new version,
+    reason code, message, position), written only where the row was the version this process's
+    snapshot read (scheduling.commit_rows). The next snapshot takes them as they are now, not
+    reading them again; a row moved since has another version and is read."""
+    database, node_names, quota_names, known = _memory.read
+    if not written or not known:
+        return
+    kept = dict(known)
+    for pk, version, code, message, position in written:
+        entry = kept.get(pk)
+        if entry is None or entry.mark is None:
+            continue
+        workspace = entry.mark.split(" ", 1)[1]
+        seen = entry.seen._replace(reason_code=code, reason_message=message, position=position, version=version)
+        kept[pk] = entry._replace(mark=f"{version} {workspace}", seen=seen)
+    _memory.read = (database, node_names, quota_names, kept)
+
+
 def _tables() -> tuple[str, str, str]:
     """The job, workspace and placement tables, quoted."""
     qn = connection.ops.quote_name
@@ -554,7 +581,7 @@ def _known(
         job = previous.job
     else:
         job = engine_job(str(row[0]), row, quota, replicas)
-    return _Known(row[-1], held_mark, columns, quota, replicas, job_seen(row), job)
+    return _Known(row[-1], held_mark, columns, quota, replicas, job_seen(row, _job_part(row[-1])), job)
 
 
 def _read_all(frame: NodesAndQuotas, before: dict[int, _Known]) -> dict[int, _Known]:
