@@ -282,8 +282,8 @@ class _CommitRows:
         if as_read:
             versions = dict(bulk.update_as_read(Job, state=JobState.PENDING, columns=columns, rows=as_read))
             settled = [
-                (pk, versions[pk], code, message, position)
-                for pk, _revision, _version, code, message, position in as_read
+                (pk, version, versions[pk], code, message, position)
+                for pk, _revision, version, code, message, position in as_read
                 if pk in versions
             ]
             transaction.on_commit(lambda: snapshots.reasons_written(settled))

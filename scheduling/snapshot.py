@@ -493,19 +493,19 @@ def _job_part(mark: str | None) -> str | None:
     return None if mark is None else mark.split(" ", 1)[0]
 
 
-def reasons_written(written: list[tuple[int, str, str, str, int | None]]) -> None:
-    """After a commit: the pending jobs whose reason it wrote, each (id, the row's new version,
-    reason code, message, position), written only where the row was the version this process's
+def reasons_written(written: list[tuple[int, str, str, str, str, int | None]]) -> None:
+    """After a commit: the pending jobs whose reason it wrote, each (id, the row's version before
+    and after, reason code, message, position), written only where the row was the version the
     snapshot read (scheduling.commit_rows). The next snapshot takes them as they are now, not
     reading them again; a row moved since has another version and is read."""
     database, node_names, quota_names, known = _memory.read
     if not written or not known:
         return
     kept = dict(known)
-    for pk, version, code, message, position in written:
+    for pk, before, version, code, message, position in written:
         entry = kept.get(pk)
-        if entry is None or entry.mark is None:
-            continue
+        if entry is None or entry.mark is None or entry.seen.version != before:
+            continue  # this process has read the row since, or another version of it
         workspace = entry.mark.split(" ", 1)[1]
         seen = entry.seen._replace(reason_code=code, reason_message=message, position=position, version=version)
         kept[pk] = entry._replace(mark=f"{version} {workspace}", seen=seen)
