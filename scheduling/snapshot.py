@@ -1,8 +1,9 @@
 """The cycle's snapshot: the database as the engine's frozen snapshot.
 
 `build_snapshot` turns the database into the engine's frozen snapshot in a fixed number of
-queries (six, whatever the size of the cluster), and keeps an index from the engine's string
-ids back to rows, with the state and revision each job had when it was read.
+queries (six, whatever the size of the cluster; eight for a running worker's cycle, which reads
+in full only the jobs whose rows moved since its last one), and keeps an index from the engine's
+string ids back to rows, with the state and revision each job had when it was read.
 """
 
 from __future__ import annotations
@@ -185,7 +186,7 @@ class _Memory:
     was (keyed by id and compared: hashing the 18-value key of each of S4's 150,000 jobs cost more
     than the comparison) and rebuilds only what differs. A running worker's cycle reads less: on
     PostgreSQL it asks only for the row versions of the active jobs, their workspaces and
-    placements (`_JOB_MARK`, `_HELD_MARK`) and reads in full only the jobs whose versions moved
+    placements (`_mark`) and reads in full only the jobs whose versions moved
     (`_read_changed`). Any writer, the cycle's own commit, a service, a hand edit, makes a new row
     version, so a change cannot hide from that comparison. Each snapshot replaces the whole map."""
 
@@ -196,6 +197,7 @@ class _Memory:
     # commit left (`committed`): any other generation means another writer moved the fence.
     reads_since_full = 0
     committed_generation: int | None = None
+    # Job rows that commit wrote without handing their new versions here (`reasons_written`).
     rewritten = 0
 
 
