@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from quotas import services as quota_services
+from scheduling.simulate.collector import batch_collection
 from scheduling.simulate.fields import (
     _boolean,
     _choice,
@@ -60,7 +61,8 @@ def load_scenario(path: str | Path) -> Scenario:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise ScenarioError(str(path), None, f"cannot read the file: {error.strerror or error}") from None
-    return parse_scenario(text)
+    with batch_collection():
+        return parse_scenario(text)
 
 
 def parse_scenario(text: str) -> Scenario:

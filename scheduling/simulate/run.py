@@ -31,6 +31,7 @@ from scheduling import triggers
 from scheduling.clock import SimulatedClock, use_clock
 from scheduling.cycle import ensure_fence
 from scheduling.models import Job, JobState, ReplicaPlacementRecord
+from scheduling.simulate.collector import batch_collection
 from scheduling.simulate.cycle_lock import InProcessCycleLock
 from scheduling.simulate.resources import resource_figures
 from scheduling.simulate.scenario import (
@@ -358,16 +359,30 @@ class ScenarioRunner:
                 **managed.get(quota.name, {}),
             }
         # Every job of the private database is one of the scenario's, so no id filter (a list
-        # of 10,000 ids is more than SQLite parses); three queries whatever the size.
+        # of 10,000 ids is more than SQLite parses); four queries whatever the size, and plain
+        # tuples, the names of quotas and nodes looked up here rather than joined per row.
         by_pk = {pk: name for name, pk in self.jobs.items()}
+        quota_names = {quota.pk: quota.name for quota in quotas}
+        node_names = dict(Node.objects.values_list("id", "name"))
         nodes_of: dict[int, dict[int, str]] = defaultdict(dict)
-        for job_id, node_id, node_name in ReplicaPlacementRecord.objects.values_list("job_id", "node_id", "node__name"):
-            nodes_of[job_id][node_id] = node_name
+        for job_id, node_id in ReplicaPlacementRecord.objects.values_list("job_id", "node_id"):
+            nodes_of[job_id][node_id] = node_names[node_id]
         job_figures: dict[str, dict[str, Any]] = {}
-        for row in Job.objects.order_by("id").values(
+        pending = JobState.PENDING
+        for (
+            job_id,
+            state,
+            quota_id,
+            allocated_gpus,
+            running_replicas,
+            preemptions,
+            reason_code,
+            reason_message,
+            position,
+        ) in Job.objects.order_by("id").values_list(
             "id",
             "state",
-            "quota__name",
+            "quota_id",
             "allocated_gpus",
             "running_replicas",
             "preemptions",
@@ -375,19 +390,20 @@ class ScenarioRunner:
             "reason_message",
             "position",
         ):
-            if row["id"] not in by_pk:
+            job_name = by_pk.get(job_id)
+            if job_name is None:
                 continue
-            waiting = row["state"] == JobState.PENDING and row["reason_code"]
-            job_figures[by_pk[row["id"]]] = {
-                "state": row["state"],
-                "quota": row["quota__name"],
-                "gpus": figure(row["allocated_gpus"]),
-                "replicas": row["running_replicas"],
-                "nodes": [name for _, name in sorted(nodes_of.get(row["id"], {}).items())],
-                "preemptions": row["preemptions"],
+            placed = nodes_of.get(job_id)
+            job_figures[job_name] = {
+                "state": state,
+                "quota": quota_names[quota_id],
+                "gpus": figure(allocated_gpus),
+                "replicas": running_replicas,
+                "nodes": [placed[node_id] for node_id in sorted(placed)] if placed else [],
+                "preemptions": preemptions,
                 "reason": (
-                    {"code": row["reason_code"], "message": row["reason_message"], "position": row["position"]}
-                    if waiting
+                    {"code": reason_code, "message": reason_message, "position": position}
+                    if state == pending and reason_code
                     else None
                 ),
             }
@@ -403,7 +419,7 @@ def play(
 ) -> list[Checkpoint]:
     """Play the scenario on the connected database (see `throwaway_database`) and a simulated clock."""
     clock = SimulatedClock(start)
-    with use_clock(clock):
+    with use_clock(clock), batch_collection():
         return ScenarioRunner(scenario, clock=clock).play(on_checkpoint)
 
 
