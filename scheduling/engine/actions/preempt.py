@@ -61,7 +61,7 @@ def preemption_candidates(session: Session, job: int) -> Iterator[tuple[Unit, st
     spec = session.jobs[job]
     qleaf = session.job_leaf[job]
     # Preempt: own quota, lower priority.
-    for victim in session.candidates_by_leaf.get(qleaf, ()):
+    for victim in session.victims_in(qleaf):
         if session.jobs[victim].priority >= spec.priority:
             break
         if session.eligible_victim(victim):

@@ -12,7 +12,7 @@ victims the job can do without are given back ("Take the fewest GPUs that make t
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,33 +44,41 @@ _NO_SEARCH = (UNKNOWN_QUOTA, EXCEEDS_CLUSTER, QUEUE_BLOCKED, WAITING_FOR_EVICTIO
 def reclaim_and_preempt(session: Session) -> None:
     tree = session.tree
     session.candidates_by_leaf = {}
+    session.candidates_sorted = set()
+    state = session.state
+    jobs = session.jobs
+    job_leaf = session.job_leaf
+    touched = session.touched
     # Jobs placed or moved earlier in this cycle (touched) and jobs within their min runtime
-    # stay out for the whole cycle: leaving them in made every search walk past them.
-    for victim, spec in enumerate(session.jobs):
-        if (
-            session.state[victim] == RUNNING
-            and spec.preemptible
-            and session.job_leaf[victim] >= 0
-            and not session.touched[victim]
-            and not session.protected(victim)
-        ):
-            session.candidates_by_leaf.setdefault(session.job_leaf[victim], []).append(victim)
-    for members in session.candidates_by_leaf.values():
-        members.sort(key=lambda victim: victim_key(session.jobs[victim], victim))
-    session.candidate_leaves = sorted(session.candidates_by_leaf)
+    # stay out for the whole cycle: leaving them in made every search walk past them. Only a
+    # job the snapshot holds placed can be running and untouched (one admitted now is touched).
+    protecting = any(minimum > 0 for minimum in tree.min_runtime)
+    by_leaf: dict[int, list[int]] = session.candidates_by_leaf
+    for victim in session.placed:
+        if state[victim] != RUNNING or touched[victim]:
+            continue
+        leaf = job_leaf[victim]
+        if leaf < 0 or not jobs[victim].preemptible or (protecting and session.protected(victim)):
+            continue
+        members = by_leaf.get(leaf)
+        if members is None:
+            by_leaf[leaf] = [victim]
+        else:
+            members.append(victim)
+    # Each leaf's candidates are put in victim order when a search first reads them
+    # (`Session.victims_in`): a cycle's searches read a few hundred of thousands of leaves.
+    session.candidate_leaves = sorted(by_leaf)
     session.elastic = [
         victim
-        for victim, spec in enumerate(session.jobs)
-        if session.state[victim] == RUNNING
-        and spec.preemptible
-        and spec.min_replicas is not None
-        and len(session.placements[victim]) > spec.min_replicas
-        and session.job_leaf[victim] >= 0
+        for victim in session.elastic_jobs
+        if state[victim] == RUNNING
+        and jobs[victim].preemptible
+        and len(session.placements[victim]) > (jobs[victim].min_replicas or 0)
+        and job_leaf[victim] >= 0
     ]
     if not session.candidates_by_leaf:
         return
     session.ranked = {}
-    session.ranked_generation = -1
     found = 0
     missed_candidates = 0
     failed: dict[int, list[tuple[int, int, int, float, float]]] = {}  # priority, GPUs, replicas, CPU, memory
@@ -115,7 +123,7 @@ def may_search(session: Session, job: int) -> bool:
     entitled = session.allocated[leaf] + need <= max(session.fair_share[leaf], tree.admit_guaranteed[leaf])
     if entitled and within(session, job, (leaf,), ENTITLED):
         return True
-    own = session.candidates_by_leaf.get(leaf, ())
+    own = session.victims_in(leaf)
     if own and session.jobs[own[0]].priority < spec.priority:
         return True
     quota = tree.index[spec.quota]
@@ -153,18 +161,42 @@ def reclaim_region(session: Session, job: int) -> tuple[tuple[int, int], int]:
 def leaves_by_excess(session: Session, region: tuple[int, int]) -> list[tuple[float, int, int]]:
     """The region's leaves as a heap, the one furthest above its fair share on top.
 
-    Built once per region and allocation state, and copied for each search: searches that
-    find nothing roll back to the same state, and a cycle may run hundreds of them over the
-    same thousand leaves.
+    Kept per region as a sorted list (a heap too) and brought up to date with the leaves whose
+    allocation changed since (`Session.allocated_leaves`): a leaf's excess reads its own figures
+    only, and a cycle may run hundreds of searches over the same ten thousand leaves, each
+    changing a few. Copied for each search, which pops and pushes its own.
     """
-    if session.ranked_generation != session.allocated_generation:
-        session.ranked.clear()
-        session.ranked_generation = session.allocated_generation
-    heap = session.ranked.get(region)
-    if heap is None:
-        heap = excess_heap(session, region)
-        session.ranked[region] = heap
-    return heap.copy()
+    log = session.allocated_leaves
+    kept = session.ranked.get(region)
+    if kept is None:
+        entries = excess_heap(session, region)
+        entries.sort()
+        kept = session.ranked[region] = Ranking(entries, {entry[2]: entry for entry in entries}, len(log))
+    elif kept.seen < len(log):
+        by_leaf = kept.by_leaf
+        changed = sorted({leaf for leaf in log[kept.seen :] if leaf in by_leaf})
+        kept.seen = len(log)
+        entries = kept.entries
+        for old, new in zip(
+            [by_leaf[leaf] for leaf in changed], resource_rules.excess_entries(session, changed), strict=True
+        ):
+            if old != new:
+                del entries[bisect_left(entries, old)]
+                insort(entries, new)
+                by_leaf[new[2]] = new
+    return kept.entries.copy()
+
+
+class Ranking:
+    """A region's leaves in excess order (`leaves_by_excess`), each leaf's entry, and how much of
+    `Session.allocated_leaves` they reflect."""
+
+    __slots__ = ("by_leaf", "entries", "seen")
+
+    def __init__(self, entries: list[tuple[float, int, int]], by_leaf: dict[int, tuple[float, int, int]], seen: int):
+        self.entries = entries
+        self.by_leaf = by_leaf
+        self.seen = seen
 
 
 def excess_heap(session: Session, region: tuple[int, int]) -> list[tuple[float, int, int]]:
@@ -279,7 +311,7 @@ def victim_candidates(session: Session, job: int, region: tuple[int, int]) -> It
         _, created, v = heapq.heappop(heap)
         if v == qleaf:
             continue
-        members = session.candidates_by_leaf[v]
+        members = session.victims_in(v)
         position = cursor.get(v, 0)
         while position < len(members):
             victim = members[position]

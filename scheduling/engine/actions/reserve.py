@@ -16,7 +16,7 @@ Allocate calls in here at two points, and reclaim and explain at one each:
   more entitled than the reserved one (within its guarantee, or within its fair share, where the
   reserved job is not) may use its GPUs; so may its victim search (`search_with_hold`), which also
   counts the job's own reservation as free.
-- `explained`: the reserved job says where and when ("reserved: gpu-3 and gpu-4 free in about
+- `explainer`: the reserved job says where and when ("reserved: gpu-3 and gpu-4 free in about
   40 s"); a job kept off reserved GPUs gets `behind_reservation`.
 
 Nothing is stored between cycles: each cycle computes its reservations again from its snapshot,
@@ -72,7 +72,9 @@ def hold(session: Session, job: int) -> None:
         res.held.add((pl[0], pl[1][0]))
         res.ends[pl[0]][pl[1][0]] = None  # kept for this gang: free to no other reservation
     nodes = tuple(sorted({node for node, _ in replicas}))
-    res.holds[job] = Hold(job, devices, nodes, start, entitlement(session, job), leaf)
+    level = entitlement(session, job)
+    res.holds[job] = Hold(job, devices, nodes, start, level, leaf)
+    res.top_level = max(res.top_level, level)
 
 
 GUARANTEED, FAIR_SHARE, BORROWER = 0, 1, 2
@@ -122,7 +124,10 @@ def open_to(session: Session, level: int) -> bool:
         res.pending_durations = any(
             spec.duration is not None and now == PENDING for spec, now in zip(session.jobs, session.state, strict=True)
         )
-    return res.pending_durations or any(kept.devices and kept.level > level for kept in res.holds.values())
+    if res.pending_durations:
+        return True
+    # no hold is less entitled than `level` (always so for a borrower): none to look through
+    return level < res.top_level and any(kept.devices and kept.level > level for kept in res.holds.values())
 
 
 def hold_head(session: Session, job: int) -> None:
@@ -136,7 +141,9 @@ def update_ends(session: Session, res: Reservations) -> None:
     """When each busy device frees: the latest expected end of the jobs on it."""
     if res.decisions_seen < 0:
         res.ends = [[None] * g for g in session.cluster.gpus]
-        for job, now_state in enumerate(session.state):
+        # The jobs the snapshot holds placed: those admitted since are in the decisions, below.
+        for job in session.placed:
+            now_state = session.state[job]
             if now_state == RUNNING:
                 note_ends(session, res, job, session.placements[job])
             elif now_state == RELEASING:
@@ -264,7 +271,7 @@ def backfill(session: Session, job: int) -> list[Placement] | None:
     spec = session.jobs[job]
     own = res.holds.get(job)
     level = entitlement(session, job)
-    if (own is None or not own.devices) and spec.duration is None and all(level >= k.level for k in res.holds.values()):
+    if (own is None or not own.devices) and spec.duration is None and level >= res.top_level:
         return None  # the common case: nothing it may use
     leaf = session.job_leaf[job]
     replica = session.replica_milli[job]
@@ -360,26 +367,39 @@ def search_with_hold(
     return with_reservations(session, job, attempt), examined[0]
 
 
-def explained(session: Session, job: int, free: int) -> tuple[str, str] | None:
-    """The reason of a job still pending for capacity when reservations exist, or None."""
+def explainer(session: Session, free: int) -> Callable[[int], tuple[str, str] | None] | None:
+    """The reason of a job still pending for capacity when reservations exist, or None, as a
+    function of the job (None: no reservation this cycle). What it reads of the reservations is
+    the same for every job of the cycle's final state, so it is read once: a full pool explains
+    100,000 jobs behind a few reservations."""
     res = session.reservations
     if res is None or not res.holds:
         return None
-    kept = res.holds.get(job)
-    if kept is not None:
-        own = free + len(kept.devices) * MILLI
-        return (NO_FIT if session.needs[job] <= own else INSUFFICIENT_CAPACITY), reserved_sentence(session, kept)
+    holds = res.holds
     reserved = len(res.held) * MILLI
-    need = session.needs[job]
-    if reserved == 0 or need > free + reserved:
-        return None
-    first = next(other for other in res.holds.values() if other.devices)
-    # one sentence per reservation and job shape: a full pool has thousands of jobs behind one
-    key = (BEHIND_RESERVATION, first.job, need, session.jobs[job].duration, reserved, free)
-    message = session.messages.get(key)
-    if message is None:
-        message = session.messages[key] = behind_sentence(session, job, first, reserved, free)
-    return BEHIND_RESERVATION, message
+    needs = session.needs
+    jobs = session.jobs
+    # one sentence per job shape: (GPUs, duration) -> the reason
+    behind: dict[tuple[int, float | None], tuple[str, str]] = {}
+    first: list[Hold] = []  # the first reservation holding GPUs, once asked for
+
+    def explained(job: int) -> tuple[str, str] | None:
+        kept = holds.get(job)
+        if kept is not None:
+            own = free + len(kept.devices) * MILLI
+            return (NO_FIT if needs[job] <= own else INSUFFICIENT_CAPACITY), reserved_sentence(session, kept)
+        need = needs[job]
+        if reserved == 0 or need > free + reserved:
+            return None
+        shape = (need, jobs[job].duration)
+        found = behind.get(shape)
+        if found is None:
+            if not first:
+                first.append(next(other for other in holds.values() if other.devices))
+            found = behind[shape] = (BEHIND_RESERVATION, behind_sentence(session, job, first[0], reserved, free))
+        return found
+
+    return explained
 
 
 def node_list(session: Session, nodes: tuple[int, ...]) -> str:
