@@ -50,7 +50,11 @@ def schedule_pool(snapshot: Snapshot) -> CycleResult:
     session = Session(snapshot)
     for action in ACTIONS:
         action(session)
-    return result(session)
+    decided = result(session)
+    # The journal's undo entries point back at the session: dropped, the session's arrays (150,000
+    # entries each at S4) go when it does instead of waiting for the collector to find the cycle.
+    session.journal.entries.clear()
+    return decided
 
 
 def replica_placements(session: Session, job: int, placements: Any) -> tuple[ReplicaPlacement, ...]:

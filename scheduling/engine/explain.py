@@ -26,7 +26,7 @@ from scheduling.engine.types import (
     UNKNOWN_QUOTA,
     WAITING_FOR_EVICTION,
     PendingReason,
-    pending_reason,
+    new_pending_reason,
 )
 
 # Capacity-type failures are re-explained from the final state of the cycle.
@@ -49,6 +49,16 @@ def pending_reasons(session: Session) -> dict[str, PendingReason]:
         joining.setdefault(job_leaf[job], []).append(job)
         if jobs[job].state != PENDING:
             rejoined.add(job_leaf[job])
+    # Each pending job's place in its quota's queue; then the reasons, in snapshot order: the
+    # jobs' figures are read in the order they lie in memory (at S4, three times faster than
+    # reading 100,000 jobs in queue order, which jumps about the heap for each).
+    position_of = [0] * len(jobs)
+    for members in _queues(session, joining, rejoined):
+        position = 0
+        for job in members:
+            if state[job] == PENDING:  # else admitted this cycle (allocate's queues hold every job)
+                position += 1
+                position_of[job] = position
     out: dict[str, PendingReason] = {}
     free = session.cluster.free_total
     largest = session.cluster.largest_block()
@@ -58,52 +68,49 @@ def pending_reasons(session: Session) -> dict[str, PendingReason]:
     replica = session.replica_milli
     behind = reserve.explainer(session, free)
     capacity_codes = _CAPACITY_CODES
-    for leaf, members in _queues(session, joining, rejoined):
-        position = 0
-        for job in members:
-            if state[job] != PENDING:
-                continue  # admitted this cycle (a queue sorted by allocate holds every job)
-            position += 1
-            reason = reasons.get(job)
-            if reason is not None and reason[0] in capacity_codes:
-                # the common case, a full pool: one sentence per quota and job shape (no_fit
-                # speaks of the nodes alone: one per shape)
-                if behind is not None:
-                    held = behind(job)
-                    if held is not None:
-                        out[jobs[job].id] = pending_reason(held[0], held[1], position)
-                        continue
-                code = NO_FIT if needs[job] <= free else INSUFFICIENT_CAPACITY
-                spec = jobs[job]
-                key = (code, (), -2 if code == NO_FIT else leaf, needs[job], replica[job], spec.cpu, spec.memory_gib)
-                message = messages.get(key)
-                if message is None:
-                    message = messages[key] = sentence(session, job, code, (), free, largest)
-                out[spec.id] = pending_reason(code, message, position)
-                continue
-            code, args = final_reason(session, job, free)
-            out[jobs[job].id] = pending_reason(code, cached_sentence(session, job, code, args, free, largest), position)
+    for job, position in enumerate(position_of):
+        if not position:
+            continue
+        reason = reasons.get(job)
+        if reason is not None and reason[0] in capacity_codes:
+            # the common case, a full pool: one sentence per quota and job shape (no_fit
+            # speaks of the nodes alone: one per shape)
+            if behind is not None:
+                held = behind(job)
+                if held is not None:
+                    out[jobs[job].id] = new_pending_reason(held[0], held[1], position)
+                    continue
+            code = NO_FIT if needs[job] <= free else INSUFFICIENT_CAPACITY
+            spec = jobs[job]
+            quota = -2 if code == NO_FIT else job_leaf[job]
+            key = (code, (), quota, needs[job], replica[job], spec.cpu, spec.memory_gib)
+            message = messages.get(key)
+            if message is None:
+                message = messages[key] = sentence(session, job, code, (), free, largest)
+            out[spec.id] = new_pending_reason(code, message, position)
+            continue
+        code, args = final_reason(session, job, free)
+        out[jobs[job].id] = new_pending_reason(code, cached_sentence(session, job, code, args, free, largest), position)
     return out
 
 
-def _queues(session: Session, joining: dict[int, list[int]], rejoined: set[int]) -> Iterator[tuple[int, list[int]]]:
-    """Each leaf's jobs in queue order: allocate's queues (with jobs admitted since: skipped),
-    the victims of this cycle sorted into theirs, then the leaves only they or jobs of no known
-    quota are in, in the order of their first job."""
+def _queues(session: Session, joining: dict[int, list[int]], rejoined: set[int]) -> Iterator[list[int]]:
+    """Each leaf's jobs in queue order: allocate's queues (with jobs admitted since), the victims
+    of this cycle sorted into theirs, then the leaves only they or jobs of no known quota are in."""
     jobs = session.jobs
     state = session.state
     for leaf, queue in session.queues.items():
         joined = joining.pop(leaf, None)
         if joined is None:
-            yield leaf, queue
+            yield queue
             continue
         members = [job for job in queue if state[job] == PENDING] + joined
         members.sort(key=lambda job: queue_key(jobs[job], job))
-        yield leaf, members
+        yield members
     for leaf, members in joining.items():
         if leaf in rejoined:
             members.sort(key=lambda job: queue_key(jobs[job], job))
-        yield leaf, members
+        yield members
 
 
 def final_reason(session: Session, job: int, free: int) -> tuple[str, tuple[Any, ...]]:

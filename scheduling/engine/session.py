@@ -71,7 +71,7 @@ class Session:
         jobs = snapshot.jobs
         self.jobs = jobs
         # Columns of the snapshot's jobs, one C-level pass each: a cycle at S4 reads 150,000 jobs.
-        quota_of = list(map(_QUOTA, jobs))
+        quota_of: list[str] = list(map(_QUOTA, jobs))
         tree = QuotaTree(snapshot.quotas, set(quota_of))
         self.tree = tree
         cluster = Cluster(snapshot.nodes, self.journal)
@@ -85,11 +85,11 @@ class Session:
         leaf_of = tree.leaf_of
         self.job_leaf = job_leaf = [leaf_of.get(quota, -1) for quota in quota_of]
         del quota_of
-        gpus_of = list(map(_GPUS, jobs))
+        gpus_of: list[float] = list(map(_GPUS, jobs))
         # one conversion per distinct GPU figure, not one call per job
         milli_of = {g: job_replica_milli(Job("", "", g)) for g in set(gpus_of)}
         self.replica_milli = replica = list(map(milli_of.__getitem__, gpus_of))
-        replicas = list(map(_REPLICAS, jobs))
+        replicas: list[int] = list(map(_REPLICAS, jobs))
         # Jobs with min_replicas set (elastic, or not quite: min_replicas ≥ replicas), in job order.
         self.elastic_jobs = [job for job, least in enumerate(map(_MIN_REPLICAS, jobs)) if least is not None]
         self.admit_count = list(replicas)
@@ -97,8 +97,8 @@ class Session:
             least = jobs[job].min_replicas
             if least is not None and 0 < least < replicas[job]:
                 self.admit_count[job] = least
-        self.needs = list(map(mul, self.admit_count, replica))
-        self.state = list(map(_STATE, jobs))
+        self.needs: list[int] = list(map(mul, self.admit_count, replica))
+        self.state: list[str] = list(map(_STATE, jobs))
         self.placements: list[tuple[Placement, ...]] = [()] * n
         self.held: list[tuple[Placement, ...]] = [()] * n  # releasing: what it still holds
         self.touched = [False] * n  # evicted, shrunk, moved or admitted this cycle

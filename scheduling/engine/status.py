@@ -10,7 +10,7 @@ from scheduling.engine.policies import saturation
 from scheduling.engine.pools import single_pool, split_by_pool
 from scheduling.engine.resource_rules import statuses as resource_statuses
 from scheduling.engine.session import Session
-from scheduling.engine.types import RELEASING, RUNNING, QuotaStatus, Snapshot
+from scheduling.engine.types import RELEASING, RUNNING, QuotaStatus, Snapshot, new_quota_status
 
 
 def snapshot_statuses(snapshot: Snapshot) -> dict[str, QuotaStatus]:
@@ -30,16 +30,16 @@ def quota_status(session: Session) -> dict[str, QuotaStatus]:
     held = [0] * size
     running = [0] * size
     pending = [0] * size
-    replica = session.replica_milli
-    for job, leaf in enumerate(session.job_leaf):
+    for leaf, now, milli, placed, kept in zip(
+        session.job_leaf, session.state, session.replica_milli, session.placements, session.held, strict=True
+    ):
         if leaf < 0:
             continue
-        state = session.state[job]
-        if state == RUNNING:
-            held[leaf] += replica[job] * len(session.placements[job])
+        if now == RUNNING:
+            held[leaf] += milli * len(placed)
             running[leaf] += 1
-        elif state == RELEASING:
-            held[leaf] += replica[job] * len(session.held[job])
+        elif now == RELEASING:
+            held[leaf] += milli * len(kept)
             running[leaf] += 1
         else:
             pending[leaf] += 1
@@ -49,18 +49,19 @@ def quota_status(session: Session) -> dict[str, QuotaStatus]:
     pending = subtree_requests(tree, pending)
     statuses: dict[str, QuotaStatus] = {}
     share = session.fair_share
+    guaranteed = tree.guaranteed
+    leaf_of = tree.leaf_of
     # CPU and memory where the pool manages them (engine.resources); none: GPUs only
     resources = resource_statuses(session) if session.resources else None
     for name, node in tree.index.items():
-        own_leaf = tree.leaf_of.get(name, node)
-        statuses[name] = QuotaStatus(
-            fair_share=share[node] / MILLI,
-            allocated=held[node] / MILLI,
-            allocated_self=own[own_leaf] / MILLI,
-            saturation=saturation(held[node], share[node]),
-            running=running[node],
-            pending=pending[node],
-            guaranteed=tree.guaranteed[node] / MILLI,
-            resources=resources[node] if resources is not None else {},
+        statuses[name] = new_quota_status(
+            share[node] / MILLI,
+            held[node] / MILLI,
+            own[leaf_of.get(name, node)] / MILLI,
+            saturation(held[node], share[node]),
+            running[node],
+            pending[node],
+            guaranteed[node] / MILLI,
+            resources[node] if resources is not None else {},
         )
     return statuses
