@@ -14,6 +14,11 @@ and for this tree, alternating, in the same run (an A/B on a shared machine):
     nice -n 10 .venv/bin/python benchmarks/scale_s4.py --scale 1,2,5,10 --before /tmp/before \\
         [--postgres postgres://postgres@127.0.0.1:5432/DB] [--throughput-scale 5]
 
+Without --postgres only the engine runs (no database needed). Its CPU is given twice: with the
+collector on, as before; and with it paused as `scheduling.cycle` runs the engine (the collection
+of what the cycle left, right after it, counted in). --throughput-scale without --postgres: the
+engine alone on an empty cluster of that size (pending jobs only), pods placed per CPU second.
+
 With --postgres, each size is seeded once in bulk into a template database (not measured), and
 each tree's cycle runs on a fresh copy of it: `scheduling.cycle.run_cycle` as the worker runs it,
 its snapshot, engine and commit timed apart. --throughput-scale adds the first cycle on an empty
@@ -70,13 +75,26 @@ def child_engine(scale: int, reps: int, traced: bool) -> dict[str, Any]:
     snapshot = scaled_cluster(scale)
     snapshot_rss = max_rss_mb()
     result = schedule(snapshot)  # warm
-    cpu, wall = [], []
+    cpu, wall, paused = [], [], []
     for _ in range(reps):
         gc.collect()
         started, cpu_started = time.perf_counter(), time.process_time()
         schedule(snapshot)
         cpu.append(time.process_time() - cpu_started)
         wall.append(time.perf_counter() - started)
+    for _ in range(reps):
+        # As the worker runs it: scheduling.cycle pauses the collector for the engine and the
+        # commit (scheduling/gc_pauses.py); what the cycle left is collected when it runs again,
+        # here at once and counted in (a young-generation pass).
+        gc.collect()
+        cpu_started = time.process_time()
+        gc.disable()
+        try:
+            schedule(snapshot)
+        finally:
+            gc.enable()
+        gc.collect(0)
+        paused.append(time.process_time() - cpu_started)
     out: dict[str, Any] = {
         "nodes": len(snapshot.nodes),
         "quotas": len(snapshot.quotas),
@@ -85,6 +103,7 @@ def child_engine(scale: int, reps: int, traced: bool) -> dict[str, Any]:
         "admitted": sum(1 for decision in result.decisions if type(decision).__name__ == "Admit"),
         "cpu": cpu,
         "wall": wall,
+        "paused": paused,
         "snapshot_rss_mb": snapshot_rss,
         "peak_rss_mb": max_rss_mb(),
     }
@@ -104,6 +123,22 @@ def child_engine(scale: int, reps: int, traced: bool) -> dict[str, Any]:
             schedule(snapshot)
         out["calls"] = getattr(pstats.Stats(profile), "total_calls")  # noqa: B009 (not in the stubs)
     return out
+
+
+def child_throughput(scale: int, reps: int) -> dict[str, Any]:
+    """The engine's first cycle on an empty cluster of the size: every pending job it places."""
+    from scheduling.engine import schedule
+
+    snapshot = scaled_cluster(scale, running=False)
+    result = schedule(snapshot)  # warm
+    cpu = []
+    for _ in range(reps):
+        gc.collect()
+        cpu_started = time.process_time()
+        schedule(snapshot)
+        cpu.append(time.process_time() - cpu_started)
+    admitted = sum(1 for decision in result.decisions if type(decision).__name__ == "Admit")
+    return {"admitted": admitted, "cpu": statistics.median(cpu), "jobs": len(snapshot.jobs)}
 
 
 def _django(url: str) -> None:
@@ -269,6 +304,7 @@ def engine_rows(
                     kept = rows[(label, scale)]
                     kept["cpu"] += got["cpu"]
                     kept["wall"] += got["wall"]
+                    kept["paused"] = kept.get("paused", []) + got.get("paused", [])
                     kept["peak_rss_mb"] = max(kept["peak_rss_mb"], got["peak_rss_mb"])
                 print(f"  engine {label} {scale}x round {round_number + 1}: {got['cpu']}", file=sys.stderr)
     return rows
@@ -324,20 +360,22 @@ def report(
     """Markdown tables: the engine per size and tree, then the full cycle on PostgreSQL."""
     if engine:
         print(
-            "\n| size | tree | nodes / quotas / jobs | engine CPU median, s (÷ 1 s) | per 1× of size, s | "
-            "Python calls per cycle, M (per 1×) | peak RSS, MB (÷ 1 GB) | a cycle's allocations, MB | decisions |"
+            "\n| size | tree | nodes / quotas / jobs | engine CPU median, s (÷ 1 s) | collector paused, s (÷ 1 s) | "
+            "per 1× of size, s | Python calls per cycle, M (per 1×) | peak RSS, MB (÷ 1 GB) | "
+            "a cycle's allocations, MB | decisions |"
         )
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|")
     for scale in scales:
         for label in trees:
             row = engine.get((label, scale))
             if row is None:
                 continue
             cpu = statistics.median(row["cpu"])
+            paused = _ratio(statistics.median(row["paused"]), ENGINE_TARGET_S) if row.get("paused") else "—"
             calls = row.get("calls", 0) / 1e6
             print(
                 f"| {scale}× | {label} | {row['nodes']:,} / {row['quotas']:,} / {row['jobs']:,} "
-                f"| {_ratio(cpu, ENGINE_TARGET_S)} | {cpu / scale:.3f} | {calls:.2f} ({calls / scale:.2f}) "
+                f"| {_ratio(cpu, ENGINE_TARGET_S)} | {paused} | {cpu / scale:.3f} | {calls:.2f} ({calls / scale:.2f}) "
                 f"| {row['peak_rss_mb']:.0f} ({row['peak_rss_mb'] / MEMORY_TARGET_MB:.2f}) "
                 f"| {row.get('cycle_traced_mb', 0):.0f} | {row['decisions']} ({row['admitted']} admitted) |"
             )
@@ -364,11 +402,12 @@ def report(
                     f"| {full['jobs_read'][number] if 'jobs_read' in full else '—'} "
                     f"| {full['peak_rss_mb']:.0f} |"
                 )
-    print(
-        "\nfirst: the first cycle of a fresh process on the seeded database (every pending job's reason "
-        "written); next: the cycle after it, in the same process (engine jobs reused, as a worker runs); "
-        "third: the one after that (the first cycle's reasons settled)."
-    )
+    if cycles:
+        print(
+            "\nfirst: the first cycle of a fresh process on the seeded database (every pending job's reason "
+            "written); next: the cycle after it, in the same process (engine jobs reused, as a worker runs); "
+            "third: the one after that (the first cycle's reasons settled)."
+        )
 
 
 def main() -> None:
@@ -397,6 +436,8 @@ def main() -> None:
         scale = int(args.scale) if "," not in args.scale else 0
         if args.child == "engine":
             out = child_engine(scale, args.reps, traced=False)
+        elif args.child == "throughput":
+            out = child_throughput(scale, args.reps)
         elif args.child == "traced":
             out = child_engine(scale, 0, traced=True)
         elif args.child in ("seed", "seed-empty"):
@@ -437,6 +478,16 @@ def main() -> None:
     report(engine, cycles, list(trees), scales)
     if args.postgres and args.throughput_scale:
         throughput(trees, args.throughput_scale, args.postgres, args.memory_cap, args.db_prefix)
+    elif args.throughput_scale:
+        scale = args.throughput_scale
+        print(f"\nEmpty cluster of {1000 * scale:,} nodes, {10_000 * scale:,} pending jobs: the engine's first cycle")
+        for label, tree in trees.items():
+            command = ["--child", "throughput", "--scale", str(scale), "--reps", str(args.reps)]
+            got = run_child(tree, args.memory_cap, *command)
+            print(
+                f"- {label}: {got['admitted']:,} placed in {got['cpu']:.2f} s CPU (median), "
+                f"{got['admitted'] / got['cpu']:,.0f} pods per CPU second of the engine"
+            )
     print(f"\nload average {Path('/proc/loadavg').read_text().split()[0]} at the end")
 
 
