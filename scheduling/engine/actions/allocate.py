@@ -135,7 +135,8 @@ def serve_pass(session: Session, bound: list[int] | None, resource_bound: int = 
     state = session.state
     reasons = session.reasons
     jobs = session.jobs
-    heap = [(quota_order(session, leaf), leaf) for leaf in queues]
+    # the order's last figure is the leaf: one flat tuple per quota (heap steps compare one level)
+    heap = [quota_order(session, leaf) for leaf in queues]
     heapq.heapify(heap)
     cursor = dict.fromkeys(queues, 0)
     # priority of the first borrower passed over in each quota (0: none); a borrower stays one
@@ -157,7 +158,7 @@ def serve_pass(session: Session, bound: list[int] | None, resource_bound: int = 
     while heap:
         if entitled_only and cluster.free_total == 0 and not reserve.open_to(session, reserve.GUARANTEED):
             return  # nothing left to place: the last pass gives the reasons
-        _, leaf = heapq.heappop(heap)
+        leaf = heapq.heappop(heap)[-1]
         queue = queues[leaf]
         position = cursor[leaf]
         passed_over = passed[leaf]
@@ -209,7 +210,7 @@ def serve_pass(session: Session, bound: list[int] | None, resource_bound: int = 
                 session.admit(job, placed)
                 cursor[leaf] = position
                 if position < len(queue):
-                    heapq.heappush(heap, (quota_order(session, leaf), leaf))
+                    heapq.heappush(heap, quota_order(session, leaf))
                 break
             reasons[job] = refusal or SHORT
             if refusal is None:
