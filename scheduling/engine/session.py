@@ -133,7 +133,7 @@ class Session:
                     continue
                 pl: Placement = (node, tuple(rp.devices), milli)
                 placed.append(pl)
-                # Cluster.occupy_initial, inline: 50,000 running jobs at S4
+                # what it holds is not free (before the cluster's index is built: no journal)
                 free = dev_free[node]
                 for d in pl[1]:
                     if 0 <= d < len(free):
