@@ -5,6 +5,7 @@ victims and of quotas, and the status figures. GPU-only pools (no ledger) answer
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import mul
 from typing import Any
 
 from scheduling.engine.fairshare import MILLI, NO_LIMIT, subtree_requests
@@ -21,7 +22,7 @@ def within(session: Session, job: int, nodes: Sequence[int], kind: int) -> bool:
         if not need:
             continue
         alloc = ledger.allocated
-        bound = ledger.bound(kind)
+        bound = ledger.bounds[kind]
         for node in nodes:
             if alloc[node] + need > bound[node]:
                 return False
@@ -67,14 +68,11 @@ def keeps_guarantee(session: Session, victim: int, amount: int, quota: int) -> b
 def excess(session: Session, leaf: int) -> float:
     """How far a leaf is over its fair share in the resource where it is furthest over, each
     resource as a part of the pool's capacity (victims come from the furthest first)."""
-    if not session.resources:
+    figures = session.resources
+    if not figures:
         return session.allocated[leaf] - session.fair_share[leaf]  # GPUs only: milli-GPUs will do
-    worst = (session.allocated[leaf] - session.fair_share[leaf]) / max(session.capacity, MILLI)
-    for ledger in session.resources:
-        over = (ledger.allocated[leaf] - ledger.fair_share[leaf]) / max(ledger.capacity, MILLI)
-        if over > worst:
-            worst = over
-    return worst
+    figures.refresh(session)
+    return figures.excess[leaf]
 
 
 def beneficiary_within(
@@ -115,54 +113,54 @@ def over_figure(session: Session, victim: int, branch: int, variant: str) -> str
 
 def excess_entries(session: Session, leaves: Sequence[int]) -> list[tuple[float, int, int]]:
     """(−excess, created, leaf) of each leaf: the victim order's heap entries. Inline for GPUs
-    only, since a cycle ranks thousands of leaves many times."""
+    only, since a cycle ranks thousands of leaves many times; cached per leaf otherwise."""
     created = session.tree.created
-    alloc, share = session.allocated, session.fair_share
-    if not session.resources:
+    figures = session.resources
+    if not figures:
+        alloc, share = session.allocated, session.fair_share
         return [(-(alloc[v] - share[v]), created[v], v) for v in leaves]
-    # `excess`, inline: GPUs and the first managed resource, then any second one
-    scale = 1 / max(session.capacity, MILLI)
-    first, *rest = session.resources
-    held, fair, per = first.allocated, first.fair_share, 1 / max(first.capacity, MILLI)
-    worst = [max((alloc[v] - share[v]) * scale, (held[v] - fair[v]) * per) for v in leaves]
-    for ledger in rest:
-        held, fair, per = ledger.allocated, ledger.fair_share, 1 / max(ledger.capacity, MILLI)
-        worst = [max(w, (held[v] - fair[v]) * per) for w, v in zip(worst, leaves, strict=True)]
-    return [(-w, created[v], v) for w, v in zip(worst, leaves, strict=True)]
+    figures.refresh(session)
+    entry = figures.entry
+    return [(entry[v], created[v], v) for v in leaves]
 
 
 def dominant_saturation(session: Session, leaf: int) -> float:
     """allocated ÷ fair share in the resource where it is highest (KAI orders queues by their
     dominant resource): a quota that used up its CPU share is served after one that has not."""
-    worst = saturation(session.allocated[leaf], session.fair_share[leaf])
-    for ledger in session.resources:
-        worst = max(worst, saturation(ledger.allocated[leaf], ledger.fair_share[leaf]))
-    return worst
+    figures = session.resources
+    if not figures:
+        return saturation(session.allocated[leaf], session.fair_share[leaf])
+    figures.refresh(session)
+    return figures.saturation[leaf]
 
 
 def statuses(session: Session) -> list[dict[str, ResourceStatus]]:
     """Per tree node, each managed resource's figures; what releasing jobs hold counts as allocated."""
     size = len(session.tree)
     out: list[dict[str, ResourceStatus]] = [{} for _ in range(size)]
+    # replicas each job holds, the same in every resource
+    holding = [
+        len(placed) if state == RUNNING else len(held) if state == RELEASING else 0
+        for state, placed, held in zip(session.state, session.placements, session.held, strict=True)
+    ]
     for ledger in session.resources:
-        held = [0] * size
-        for job, (leaf, amount) in enumerate(zip(session.job_leaf, ledger.per_replica, strict=True)):
-            if leaf < 0 or not amount:
-                continue
-            state = session.state[job]
-            if state == RUNNING:
-                held[leaf] += amount * len(session.placements[job])
-            elif state == RELEASING:
-                held[leaf] += amount * len(session.held[job])
-        own = held
-        held = subtree_requests(ledger.tree, held)
+        # one slot past the tree for the jobs of no quota (leaf -1): summed without a test per job
+        held_by_leaf = [0] * (size + 1)
+        for leaf, amount in zip(session.job_leaf, map(mul, ledger.per_replica, holding), strict=True):
+            held_by_leaf[leaf] += amount
+        del held_by_leaf[size]
+        own = held_by_leaf
+        subtree = subtree_requests(ledger.tree, own)
         tree = ledger.tree
+        name = ledger.name
+        fair_share, guaranteed, limit = ledger.fair_share, tree.guaranteed, tree.limit
+        leaf_of, names = tree.leaf_of, tree.names
         for node in range(size):
-            out[node][ledger.name] = ResourceStatus(
-                fair_share=ledger.fair_share[node] / MILLI,
-                allocated=held[node] / MILLI,
-                guaranteed=tree.guaranteed[node] / MILLI,
-                limit=None if tree.limit[node] == NO_LIMIT else tree.limit[node] / MILLI,
-                allocated_self=own[tree.leaf_of.get(tree.names[node], node)] / MILLI,
+            out[node][name] = ResourceStatus(
+                fair_share=fair_share[node] / MILLI,
+                allocated=subtree[node] / MILLI,
+                guaranteed=guaranteed[node] / MILLI,
+                limit=None if limit[node] == NO_LIMIT else limit[node] / MILLI,
+                allocated_self=own[leaf_of.get(names[node], node)] / MILLI,
             )
     return out

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from operator import attrgetter
+from operator import attrgetter, mul, sub
 from typing import Any, Protocol
 
-from scheduling.engine.cluster import Placement
+from scheduling.engine.cluster import Journal, Placement
 from scheduling.engine.fairshare import MILLI, NO_LIMIT, QuotaTree, divide, subtree_requests, to_milli
+from scheduling.engine.policies import saturation
 from scheduling.engine.types import (
     CPU,
     EXCEEDS_CLUSTER,
@@ -59,6 +60,9 @@ class Working(Protocol):
     placements: list[tuple[Placement, ...]]
     held: list[tuple[Placement, ...]]
     waiting_for: dict[int, list[int]]
+    allocated: list[int]
+    fair_share: list[int]
+    capacity: int
 
 
 # The bounds a rule holds a quota to (`Ledger.bound`).
@@ -164,7 +168,9 @@ class Ledger:
 
     __slots__ = (
         "allocated",
+        "bounds",
         "capacity",
+        "capped",
         "ceiling",
         "entitled",
         "fair_share",
@@ -177,7 +183,14 @@ class Ledger:
         "tree",
     )
 
-    def __init__(self, session: Working, resource: str, releasing_alone: Sequence[int]) -> None:
+    def __init__(
+        self,
+        session: Working,
+        resource: str,
+        releasing_alone: Sequence[int],
+        replicas: Sequence[int],
+        holding: Sequence[tuple[int, int]],
+    ) -> None:
         snapshot = session.snapshot
         jobs = session.jobs
         tree = resource_tree(session.tree, snapshot.quotas, resource)
@@ -186,23 +199,24 @@ class Ledger:
         # one conversion per distinct figure, not one call per job (a cycle holds tens of thousands)
         values = list(map(attrgetter(resource), jobs))
         amounts = {value: to_milli(value) for value in set(values)}
-        self.per_replica = per_job = [amounts[value] for value in values]
-        self.needs = [amount * count for amount, count in zip(per_job, session.admit_count, strict=True)]
+        self.per_replica = per_job = list(map(amounts.__getitem__, values))
+        self.needs = list(map(mul, per_job, session.admit_count))
         size = len(tree)
-        leaf_request = [0] * size
+        # One slot past the tree for the jobs of no quota (leaf -1): summed without a test per job.
+        leaf_request = [0] * (size + 1)
+        for leaf, asked in zip(session.job_leaf, map(mul, per_job, replicas), strict=True):
+            leaf_request[leaf] += asked
+        del leaf_request[size]
         alloc = [0] * size
-        state, placements = session.state, session.placements
-        for job, (leaf, spec) in enumerate(zip(session.job_leaf, jobs, strict=True)):
-            amount = per_job[job]
-            if leaf < 0 or not amount:
-                continue
-            leaf_request[leaf] += amount * spec.replicas
-            if state[job] == RUNNING:
-                alloc[leaf] += amount * len(placements[job])
+        job_leaf = session.job_leaf
+        for job, count in holding:
+            leaf = job_leaf[job]
+            if leaf >= 0:
+                alloc[leaf] += per_job[job] * count
         # As for GPUs: a releasing job counts for its pending beneficiary, who counts in full.
         for job in releasing_alone:
             if session.job_leaf[job] >= 0:
-                alloc[session.job_leaf[job]] += self.per_replica[job] * len(session.held[job])
+                alloc[session.job_leaf[job]] += per_job[job] * len(session.held[job])
         for target in session.waiting_for:
             if session.job_leaf[target] >= 0:
                 alloc[session.job_leaf[target]] += self.needs[target]
@@ -216,27 +230,32 @@ class Ledger:
             if not jobs[target].preemptible and session.job_leaf[target] >= 0:
                 for node in tree.chain[session.job_leaf[target]]:
                     self.ceiling[node] = min(self.ceiling[node], tree.admit_guaranteed[node])
+        # Per tree node, the nodes of its chain with a ceiling, its own first (as `tree.chain`):
+        # most chains have none, or only a root's. Parents come first in the tree's order.
+        ceiling = self.ceiling
+        capped: list[tuple[int, ...]] = []
+        for node, parent in enumerate(tree.parent):
+            above = capped[parent] if parent >= 0 else ()
+            capped.append((node, *above) if ceiling[node] != NO_LIMIT else above)
+        self.capped = capped
+        # indexed by the bound kinds (FAIR_SHARE ... OWN_GUARANTEE)
+        self.bounds = (self.fair_share, tree.admit_guaranteed, self.entitled, ceiling, tree.guaranteed)
         tracked = [to_milli(node_amount(node, resource)) for node in snapshot.nodes if node.placeable]
         # a node that does not report the resource (0) is not checked for it (types.Node)
         self.largest_node = NO_LIMIT if not tracked or min(tracked) == 0 else max(tracked)
         # jobs no placement can ever take, found once: static_refusal asks of every job often
         self.oversized: dict[int, tuple[str, tuple[Any, ...]]] = {}
-        for job, amount in enumerate(self.per_replica):
-            if amount > self.largest_node:
-                self.oversized[job] = (EXCEEDS_CLUSTER, ("node", amount, self.largest_node, resource))
-            elif self.capacity and self.needs[job] > self.capacity:
-                self.oversized[job] = (EXCEEDS_CLUSTER, ("pool", self.needs[job], self.capacity, resource))
+        too_wide = bool(per_job) and max(per_job) > self.largest_node
+        too_large = bool(self.capacity) and bool(self.needs) and max(self.needs) > self.capacity
+        if too_wide or too_large:
+            for job, amount in enumerate(per_job):
+                if amount > self.largest_node:
+                    self.oversized[job] = (EXCEEDS_CLUSTER, ("node", amount, self.largest_node, resource))
+                elif self.capacity and self.needs[job] > self.capacity:
+                    self.oversized[job] = (EXCEEDS_CLUSTER, ("pool", self.needs[job], self.capacity, resource))
 
     def bound(self, kind: int) -> list[int]:
-        if kind == FAIR_SHARE:
-            return self.fair_share
-        if kind == GUARANTEE:
-            return self.tree.admit_guaranteed
-        if kind == ENTITLED:
-            return self.entitled
-        if kind == CEILING:
-            return self.ceiling
-        return self.tree.guaranteed
+        return self.bounds[kind]
 
     def add(self, chain: Sequence[int], amount: int) -> None:
         alloc = self.allocated
@@ -244,9 +263,115 @@ class Ledger:
             alloc[node] += amount
 
 
-def ledgers(session: Working, releasing_alone: Sequence[int]) -> list[Ledger]:
+class Ledgers(list[Ledger]):
+    """The ledgers of a session (empty: GPUs only), and per leaf three figures taken over GPUs
+    and every managed resource at once, cached: allocate orders quotas by their dominant
+    saturation after every admission, and each victim search ranks a region's thousand leaves
+    by excess. A leaf's figures are worked out again only after its allocation changed; every
+    change goes through `add` (the session's add_replicas) or its undo, which mark the leaf."""
+
+    def __init__(self, ledgers: Sequence[Ledger] = ()) -> None:
+        super().__init__(ledgers)
+        # first ledger's refusal first, as `too_big` asked them in turn
+        self.oversized: dict[int, tuple[str, tuple[Any, ...]]] = {}
+        for ledger in reversed(ledgers):
+            self.oversized.update(ledger.oversized)
+        self.stale: list[int] = []  # leaves whose allocation changed since the figures
+        self.primed = False
+        self.excess: list[float] = []  # resource_rules.excess: over fair share, as a part of capacity
+        self.entry: list[float] = []  # the same negated, as resource_rules.excess_entries works it out
+        self.saturation: list[float] = []  # resource_rules.dominant_saturation
+
+    def add(self, journal: Journal, chain: Sequence[int], job: int, count: int) -> None:
+        """`count` replicas of the job start (below 0: leave) in every resource, journaled."""
+        self._change(chain, job, count)
+        journal.record(self._change, chain, job, -count)
+
+    def _change(self, chain: Sequence[int], job: int, count: int) -> None:
+        for ledger in self:
+            amount = ledger.per_replica[job] * count
+            if amount:
+                alloc = ledger.allocated
+                for node in chain:
+                    alloc[node] += amount
+        self.stale.append(chain[0])
+
+    def refresh(self, session: Working) -> None:
+        """Bring the per-leaf figures up to date with the allocations."""
+        if not self.primed:
+            self._prime(session)
+        elif self.stale:
+            for leaf in set(self.stale):
+                self._work_out(session, leaf)
+            self.stale.clear()
+
+    def _prime(self, session: Working) -> None:
+        # The same operations as `_work_out`, array by array: every float comes out the same.
+        gpu_over = list(map(sub, session.allocated, session.fair_share))
+        divisor = max(session.capacity, MILLI)
+        scale = 1 / divisor
+        excess = [over / divisor for over in gpu_over]
+        entry = [over * scale for over in gpu_over]
+        saturation_of = list(map(saturation, session.allocated, session.fair_share))
+        for ledger in self:
+            over = list(map(sub, ledger.allocated, ledger.fair_share))
+            divisor = max(ledger.capacity, MILLI)
+            per = 1 / divisor
+            excess = [o / divisor if o / divisor > w else w for o, w in zip(over, excess, strict=True)]
+            entry = [max(w, o * per) for o, w in zip(over, entry, strict=True)]
+            saturation_of = list(map(max, saturation_of, map(saturation, ledger.allocated, ledger.fair_share)))
+        self.excess = excess
+        self.entry = [-w for w in entry]
+        self.saturation = saturation_of
+        self.primed = True
+        self.stale.clear()
+
+    def _work_out(self, session: Working, leaf: int) -> None:
+        over = session.allocated[leaf] - session.fair_share[leaf]
+        divisor = max(session.capacity, MILLI)
+        excess = over / divisor
+        entry = over * (1 / divisor)
+        worst = saturation(session.allocated[leaf], session.fair_share[leaf])
+        for ledger in self:
+            over = ledger.allocated[leaf] - ledger.fair_share[leaf]
+            divisor = max(ledger.capacity, MILLI)
+            if over / divisor > excess:
+                excess = over / divisor
+            entry = max(entry, over * (1 / divisor))
+            worst = max(worst, saturation(ledger.allocated[leaf], ledger.fair_share[leaf]))
+        self.excess[leaf] = excess
+        self.entry[leaf] = -entry
+        self.saturation[leaf] = worst
+
+
+def ledgers(session: Working, releasing_alone: Sequence[int]) -> Ledgers:
     """A ledger per resource the session's pool manages besides GPUs (none: GPUs only)."""
-    return [Ledger(session, resource, releasing_alone) for resource in managed(session.snapshot.quotas)]
+    names = managed(session.snapshot.quotas)
+    if not names:
+        return Ledgers()
+    # per job the replicas its request counts; the running jobs and the replicas they hold
+    replicas = [spec.replicas for spec in session.jobs]
+    holding = [
+        (job, len(placed))
+        for job, (placed, state) in enumerate(zip(session.placements, session.state, strict=True))
+        if placed and state == RUNNING
+    ]
+    return Ledgers([Ledger(session, resource, releasing_alone, replicas, holding) for resource in names])
+
+
+def limited(ledgers: Ledgers, gpu_limited: Sequence[bool], job_leaf: Sequence[int]) -> list[bool]:
+    """Per leaf, whether `Session.static_refusal` may refuse a preemptible job there: a GPU
+    limit or promise in its chain (`gpu_limited`), a ceiling of a managed resource, or a job
+    too big in one (allocate skips the refusals of the other jobs)."""
+    out = list(gpu_limited)
+    for ledger in ledgers:
+        for leaf, capped in enumerate(ledger.capped):
+            if capped:
+                out[leaf] = True
+    for job in ledgers.oversized:
+        if job_leaf[job] >= 0:
+            out[job_leaf[job]] = True
+    return out
 
 
 # -- the rules, per resource ----------------------------------------------------------------
@@ -254,7 +379,8 @@ def ledgers(session: Working, releasing_alone: Sequence[int]) -> list[Ledger]:
 
 def refusal(ledgers: Sequence[Ledger], job: int, chain: Sequence[int], kind: int) -> tuple[str, tuple[Any, ...]] | None:
     """The first managed resource whose limit (CEILING) or guarantee (GUARANTEE) the job breaks
-    in its chain, as a reason naming the resource; None when every resource fits."""
+    in its chain (`tree.chain` of its leaf), as a reason naming the resource; None when every
+    resource fits."""
     for ledger in ledgers:
         need = ledger.needs[job]
         if not need:
@@ -263,7 +389,7 @@ def refusal(ledgers: Sequence[Ledger], job: int, chain: Sequence[int], kind: int
         tree = ledger.tree
         if kind == CEILING:
             ceiling = ledger.ceiling
-            for node in chain:
+            for node in ledger.capped[chain[0]]:
                 if alloc[node] + need > ceiling[node]:
                     break
             else:
@@ -271,8 +397,7 @@ def refusal(ledgers: Sequence[Ledger], job: int, chain: Sequence[int], kind: int
             for node in chain:
                 if tree.limit[node] != NO_LIMIT and alloc[node] + need > tree.limit[node]:
                     return (QUOTA_LIMIT, (tree.quota_name[node], alloc[node], need, tree.limit[node], ledger.name))
-            if any(alloc[node] + need > ledger.ceiling[node] for node in chain):
-                return (INSUFFICIENT_CAPACITY, ())  # promised to a beneficiary whose victims release
+            return (INSUFFICIENT_CAPACITY, ())  # promised to a beneficiary whose victims release
         else:
             for node in chain:
                 if alloc[node] + need > tree.admit_guaranteed[node]:
@@ -281,9 +406,6 @@ def refusal(ledgers: Sequence[Ledger], job: int, chain: Sequence[int], kind: int
     return None
 
 
-def too_big(ledgers: Sequence[Ledger], job: int) -> tuple[str, tuple[Any, ...]] | None:
+def too_big(ledgers: Ledgers, job: int) -> tuple[str, tuple[Any, ...]] | None:
     """A replica larger than every node, or a job larger than the pool, in a managed resource."""
-    for ledger in ledgers:
-        if ledger.oversized and job in ledger.oversized:
-            return ledger.oversized[job]
-    return None
+    return ledgers.oversized.get(job)

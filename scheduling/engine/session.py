@@ -207,7 +207,7 @@ class Session:
         # CPU and memory where the pool manages them (engine.resources); empty: GPUs only.
         self.resources = resources.ledgers(self, releasing_without_beneficiary)
         if self.resources:
-            self.limited = [True] * len(tree)  # every job's refusals are asked of each resource
+            self.limited = resources.limited(self.resources, self.limited, self.job_leaf)
         self.messages: dict[tuple[Any, ...], str] = {}  # explain: one sentence per quota and job shape
         self.most_free: dict[tuple[Any, ...], tuple[float, float]] = {}  # explain: CPU, memory beside free GPUs
         # Filled by actions.allocate: each leaf's pending jobs in queue order, the jobs it tried
@@ -308,12 +308,7 @@ class Session:
         leaf = self.job_leaf[job]
         self.add_allocated(leaf, self.replica_milli[job] * count)
         if self.resources:
-            chain = self.tree.chain[leaf]
-            for ledger in self.resources:
-                amount = ledger.per_replica[job] * count
-                if amount:
-                    ledger.add(chain, amount)
-                    self.journal.record(ledger.add, chain, -amount)
+            self.resources.add(self.journal, self.tree.chain[leaf], job, count)
 
     def _undo_allocated(self, leaf: int, amount: int) -> None:
         alloc = self.allocated
