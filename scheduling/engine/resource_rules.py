@@ -5,7 +5,6 @@ victims and of quotas, and the status figures. GPU-only pools (no ledger) answer
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import mul
 from typing import Any
 
 from scheduling.engine.fairshare import MILLI, NO_LIMIT, subtree_requests
@@ -138,17 +137,18 @@ def statuses(session: Session) -> list[dict[str, ResourceStatus]]:
     """Per tree node, each managed resource's figures; what releasing jobs hold counts as allocated."""
     size = len(session.tree)
     out: list[dict[str, ResourceStatus]] = [{} for _ in range(size)]
-    # replicas each job holds, the same in every resource
+    # (leaf, job, replicas held) of each job holding some, the same in every resource
+    state, placements, held = session.state, session.placements, session.held
     holding = [
-        len(placed) if state == RUNNING else len(held) if state == RELEASING else 0
-        for state, placed, held in zip(session.state, session.placements, session.held, strict=True)
+        (leaf, job, len(placements[job]) if state[job] == RUNNING else len(held[job]))
+        for job, leaf in enumerate(session.job_leaf)
+        if leaf >= 0 and (placements[job] or held[job]) and (state[job] == RUNNING or state[job] == RELEASING)
     ]
     for ledger in session.resources:
-        # one slot past the tree for the jobs of no quota (leaf -1): summed without a test per job
-        held_by_leaf = [0] * (size + 1)
-        for leaf, amount in zip(session.job_leaf, map(mul, ledger.per_replica, holding), strict=True):
-            held_by_leaf[leaf] += amount
-        del held_by_leaf[size]
+        held_by_leaf = [0] * size
+        per_replica = ledger.per_replica
+        for leaf, job, count in holding:
+            held_by_leaf[leaf] += per_replica[job] * count
         own = held_by_leaf
         subtree = subtree_requests(ledger.tree, own)
         tree = ledger.tree

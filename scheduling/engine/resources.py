@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from operator import attrgetter, mul, sub
+from operator import attrgetter, sub
 from typing import Any, Protocol
 
 from scheduling.engine.cluster import Journal, Placement
@@ -162,6 +162,36 @@ def capacity(snapshot: Snapshot, resource: str) -> int:
     return total + sum(min(amount, to_milli(node_amount(cordoned[name], resource))) for name, amount in held.items())
 
 
+class Milli(dict[float, int]):
+    """Thousandths of each figure met, converted once."""
+
+    def __missing__(self, figure: float) -> int:
+        self[figure] = amount = to_milli(figure)
+        return amount
+
+
+class JobShape:
+    """What every ledger reads of the jobs, found once for all of them: the jobs admitted with
+    more than one replica and their count, those with more than one replica, and each running
+    job's leaf and replicas held (a leaf of -1 adds to the slot past the tree, dropped)."""
+
+    __slots__ = ("admitted_many", "holding", "replicas_many")
+
+    def __init__(self, session: Working) -> None:
+        self.admitted_many = [(job, count) for job, count in enumerate(session.admit_count) if count != 1]
+        self.replicas_many = [
+            (job, spec.replicas)
+            for job, spec in enumerate(session.jobs)
+            if spec.replicas != 1 and session.job_leaf[job] >= 0
+        ]
+        state, job_leaf = session.state, session.job_leaf
+        self.holding = [
+            (job_leaf[job], job, len(placed))
+            for job, placed in enumerate(session.placements)
+            if placed and state[job] == RUNNING
+        ]
+
+
 class Ledger:
     """One managed resource of a session: per tree node its allocation, request, fair share and
     bounds (the tree's arrays), per job what one replica and its admission ask."""
@@ -188,31 +218,34 @@ class Ledger:
         session: Working,
         resource: str,
         releasing_alone: Sequence[int],
-        replicas: Sequence[int],
-        holding: Sequence[tuple[int, int]],
+        shape: JobShape,
     ) -> None:
         snapshot = session.snapshot
         jobs = session.jobs
         tree = resource_tree(session.tree, snapshot.quotas, resource)
         self.name = resource
         self.tree = tree
-        # one conversion per distinct figure, not one call per job (a cycle holds tens of thousands)
-        values = list(map(attrgetter(resource), jobs))
-        amounts = {value: to_milli(value) for value in set(values)}
-        self.per_replica = per_job = list(map(amounts.__getitem__, values))
-        self.needs = list(map(mul, per_job, session.admit_count))
+        # one conversion per distinct figure, not one call per job (a cycle holds tens of thousands);
+        # most jobs have one replica: their request and need are their replica's, the same ints
+        milli = Milli()
+        self.per_replica = per_job = list(map(milli.__getitem__, map(attrgetter(resource), jobs)))
+        self.needs = per_job
+        if shape.admitted_many:
+            self.needs = list(per_job)
+            for job, count in shape.admitted_many:
+                self.needs[job] = per_job[job] * count
         size = len(tree)
         # One slot past the tree for the jobs of no quota (leaf -1): summed without a test per job.
         leaf_request = [0] * (size + 1)
-        for leaf, asked in zip(session.job_leaf, map(mul, per_job, replicas), strict=True):
+        for leaf, asked in zip(session.job_leaf, per_job, strict=True):
             leaf_request[leaf] += asked
+        for job, count in shape.replicas_many:
+            leaf_request[session.job_leaf[job]] += per_job[job] * (count - 1)
         del leaf_request[size]
-        alloc = [0] * size
-        job_leaf = session.job_leaf
-        for job, count in holding:
-            leaf = job_leaf[job]
-            if leaf >= 0:
-                alloc[leaf] += per_job[job] * count
+        alloc = [0] * (size + 1)
+        for leaf, job, count in shape.holding:
+            alloc[leaf] += per_job[job] * count
+        del alloc[size]
         # As for GPUs: a releasing job counts for its pending beneficiary, who counts in full.
         for job in releasing_alone:
             if session.job_leaf[job] >= 0:
@@ -245,9 +278,10 @@ class Ledger:
         self.largest_node = NO_LIMIT if not tracked or min(tracked) == 0 else max(tracked)
         # jobs no placement can ever take, found once: static_refusal asks of every job often
         self.oversized: dict[int, tuple[str, tuple[Any, ...]]] = {}
-        too_wide = bool(per_job) and max(per_job) > self.largest_node
-        too_large = bool(self.capacity) and bool(self.needs) and max(self.needs) > self.capacity
-        if too_wide or too_large:
+        largest_ask = max(milli.values(), default=0)
+        too_wide = largest_ask > self.largest_node
+        largest_need = max(self.needs, default=0) if shape.admitted_many else largest_ask
+        if too_wide or (self.capacity and largest_need > self.capacity):
             for job, amount in enumerate(per_job):
                 if amount > self.largest_node:
                     self.oversized[job] = (EXCEEDS_CLUSTER, ("node", amount, self.largest_node, resource))
@@ -276,6 +310,7 @@ class Ledgers(list[Ledger]):
         self.oversized: dict[int, tuple[str, tuple[Any, ...]]] = {}
         for ledger in reversed(ledgers):
             self.oversized.update(ledger.oversized)
+        self.capping = [ledger for ledger in ledgers if any(ledger.capped)]  # a ceiling somewhere
         self.stale: list[int] = []  # leaves whose allocation changed since the figures
         self.primed = False
         self.excess: list[float] = []  # resource_rules.excess: over fair share, as a part of capacity
@@ -349,14 +384,8 @@ def ledgers(session: Working, releasing_alone: Sequence[int]) -> Ledgers:
     names = managed(session.snapshot.quotas)
     if not names:
         return Ledgers()
-    # per job the replicas its request counts; the running jobs and the replicas they hold
-    replicas = [spec.replicas for spec in session.jobs]
-    holding = [
-        (job, len(placed))
-        for job, (placed, state) in enumerate(zip(session.placements, session.state, strict=True))
-        if placed and state == RUNNING
-    ]
-    return Ledgers([Ledger(session, resource, releasing_alone, replicas, holding) for resource in names])
+    shape = JobShape(session)
+    return Ledgers([Ledger(session, resource, releasing_alone, shape) for resource in names])
 
 
 def limited(ledgers: Ledgers, gpu_limited: Sequence[bool], job_leaf: Sequence[int]) -> list[bool]:
@@ -403,6 +432,20 @@ def refusal(ledgers: Sequence[Ledger], job: int, chain: Sequence[int], kind: int
                 if alloc[node] + need > tree.admit_guaranteed[node]:
                     guaranteed = tree.admit_guaranteed[node]
                     return (GUARANTEED_ONLY, (tree.names[node], alloc[node], need, guaranteed, ledger.name))
+    return None
+
+
+def ceiling_refusal(ledgers: Ledgers, job: int, leaf: int) -> tuple[str, tuple[Any, ...]] | None:
+    """`refusal` at CEILING for a job whose chain has no GPU limit or promise, asked of only the
+    resources with a ceiling somewhere: static_refusal asks it of every pending job."""
+    for ledger in ledgers.capping:
+        capped = ledger.capped[leaf]
+        if capped:
+            need = ledger.needs[job]
+            alloc, ceiling = ledger.allocated, ledger.ceiling
+            for node in capped:
+                if alloc[node] + need > ceiling[node]:
+                    return refusal(ledgers, job, ledger.tree.chain[leaf], CEILING)
     return None
 
 

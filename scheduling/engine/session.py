@@ -204,6 +204,7 @@ class Session:
         for node, parent in enumerate(tree.parent):
             limited[node] = tree.limit[node] != NO_LIMIT or guard[node] != NO_LIMIT or (parent >= 0 and limited[parent])
         self.limited = limited
+        self.gpu_limited = self.limited  # the same but for CPU and memory (below)
         # CPU and memory where the pool manages them (engine.resources); empty: GPUs only.
         self.resources = resources.ledgers(self, releasing_without_beneficiary)
         if self.resources:
@@ -360,6 +361,9 @@ class Session:
             return refused
         if self.promised[job] or (spec.preemptible and not self.limited[leaf]):
             return None
+        if spec.preemptible and not self.gpu_limited[leaf]:
+            # no GPU limit or promise in its chain: only a ceiling of CPU or memory may refuse it
+            return resources.ceiling_refusal(self.resources, job, leaf)
         tree = self.tree
         alloc = self.allocated
         for node in tree.chain[leaf]:
