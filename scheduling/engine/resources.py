@@ -291,11 +291,6 @@ class Ledger:
     def bound(self, kind: int) -> list[int]:
         return self.bounds[kind]
 
-    def add(self, chain: Sequence[int], amount: int) -> None:
-        alloc = self.allocated
-        for node in chain:
-            alloc[node] += amount
-
 
 class Ledgers(list[Ledger]):
     """The ledgers of a session (empty: GPUs only), and per leaf three figures taken over GPUs
