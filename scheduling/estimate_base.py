@@ -13,20 +13,15 @@ from django.conf import settings
 
 from scheduling import engine
 from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, ReplicaPlacementRecord
-from scheduling.snapshot import (
+from scheduling.snapshot import SEEN_JOB_COLUMNS, JobSeen, SnapshotIndex, build_snapshot, job_key, job_seen
+from scheduling.snapshot_rows import (
     ENGINE_JOB_COLUMNS,
     GPUS_AT,
     GRACE_SECONDS_AT,
     QUOTA_ID_AT,
-    SEEN_JOB_COLUMNS,
     STATE_AT,
-    JobSeen,
     Moment,
-    SnapshotIndex,
-    build_snapshot,
     engine_job,
-    job_key,
-    job_seen,
     raw_rows,
     read_nodes_and_quotas,
 )

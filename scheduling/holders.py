@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import NamedTuple, TypedDict
 
 from scheduling.models import HOLDING_STATES, Job, ReplicaPlacementRecord
-from scheduling.snapshot import raw_rows, stored_devices
+from scheduling.snapshot_rows import raw_rows, stored_devices
 
 
 class HeldGpus(TypedDict):

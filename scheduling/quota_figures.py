@@ -16,7 +16,7 @@ from scheduling.engine import types as engine_types
 from scheduling.engine.pools import split_by_pool
 from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, JobState, ReplicaPlacementRecord
 from scheduling.resource_figures import resource_figures, stored_fair_shares
-from scheduling.snapshot import GPUS_OUTSIDE_LABEL, engine_quotas, held_outside, raw_rows, stored_devices
+from scheduling.snapshot_rows import GPUS_OUTSIDE_LABEL, engine_quotas, held_outside, raw_rows, stored_devices
 
 
 def asked_gpus(*, quota_ids: Collection[int]) -> float:

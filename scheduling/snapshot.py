@@ -8,23 +8,33 @@ string ids back to rows, with the state and revision each job had when it was re
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from functools import lru_cache
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import FloatField, Func, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.db.models.expressions import RawSQL
 
-from quotas.models import Node, NodeExecutor, NodeState, Quota, ResourcePool
+from quotas.models import Node
 from scheduling import engine
-from scheduling.engine import types as engine_types
-from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, ReplicaPlacementRecord, SchedulerFence
+from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, ReplicaPlacementRecord
+from scheduling.snapshot_rows import (
+    ENGINE_JOB_COLUMNS,
+    GPUS_AT,
+    GRACE_SECONDS_AT,
+    QUOTA_ID_AT,
+    STATE_AT,
+    Moment,
+    NodesAndQuotas,
+    engine_job,
+    raw_rows,
+    read_nodes_and_quotas,
+    stored_devices,
+)
 
 
 class JobSeen(NamedTuple):
@@ -85,85 +95,6 @@ def job_key(pk: int) -> str:
     return str(pk)
 
 
-def raw_rows(queryset: QuerySet[Any]) -> list[tuple[Any, ...]]:
-    """The rows of a `values_list` queryset as the database driver returns them.
-
-    Django's per-value converters (datetime parsing and time zones on SQLite, JSON decoding)
-    cost more than the query itself on a snapshot of 10,000 jobs; the snapshot needs only epoch
-    seconds and plain values, which `_epoch` and `stored_devices` make at C speed.
-    """
-    sql, params = queryset.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows: list[tuple[Any, ...]] = cursor.fetchall()
-    return rows
-
-
-class Moment(Func):
-    """A datetime column as the snapshot reads it: seconds since the epoch where the database
-    computes them (PostgreSQL; building aware datetimes cost more than the rest of the query),
-    the stored text elsewhere (SQLite keeps naive UTC ISO text, which `_epoch` parses)."""
-
-    output_field = FloatField()
-
-    def as_sql(
-        self,
-        compiler: Any,
-        connection: Any,
-        function: str | None = None,
-        template: str | None = None,
-        arg_joiner: str | None = None,
-        **extra_context: Any,
-    ) -> Any:
-        if connection.vendor == "postgresql":
-            template = "EXTRACT(EPOCH FROM %(expressions)s)::float8"
-            return super().as_sql(compiler, connection, function, template, arg_joiner, **extra_context)
-        return compiler.compile(self.source_expressions[0])
-
-
-def _epoch(moment: float | str | datetime | None) -> float | None:
-    """Seconds since the epoch of a `Moment` as the driver returns it."""
-    if moment is None or isinstance(moment, float):
-        return moment
-    if isinstance(moment, str):
-        return datetime.fromisoformat(moment).replace(tzinfo=UTC).timestamp()
-    return moment.timestamp()
-
-
-@lru_cache(maxsize=4096)
-def _parsed_devices(text: str) -> tuple[int, ...]:
-    return tuple(json.loads(text))
-
-
-def stored_devices(value: Any) -> tuple[int, ...]:
-    """A placement's devices as the driver returns the JSON column: text (parsed once per
-    distinct value: a pool has few device sets, and a snapshot reads thousands), or a list."""
-    return _parsed_devices(value) if isinstance(value, str) else tuple(value)
-
-
-# What an engine job is made of, in this order; `engine_job` reads the row by these positions.
-ENGINE_JOB_COLUMNS = (
-    "id",
-    "quota_id",
-    "workspace__name",
-    "gpus",
-    "replicas",
-    "min_replicas",
-    "priority",
-    "preemptible",
-    "cpu",
-    "memory_gib",
-    "submitted",  # the Moment of submitted_at, and so on
-    "state",
-    "started",
-    "grace_seconds",
-    "beneficiary_id",
-    "evicted",
-    "duration",
-)
-QUOTA_ID_AT, GPUS_AT, STATE_AT, GRACE_SECONDS_AT = (
-    ENGINE_JOB_COLUMNS.index(column) for column in ("quota_id", "gpus", "state", "grace_seconds")
-)
 _SEEN_AT = len(ENGINE_JOB_COLUMNS)
 
 
@@ -211,211 +142,6 @@ def committed(generation: int, *, rows_written: int) -> None:
     (scheduling.cycle)."""
     _memory.rewritten = rows_written
     _memory.committed_generation = generation
-
-
-def engine_job(key: str, row: tuple[Any, ...], quota: str, replicas: tuple[tuple[str, Any, float], ...]) -> engine.Job:
-    (
-        _pk,
-        _quota_id,
-        workspace,
-        gpus,
-        replica_count,
-        min_replicas,
-        priority,
-        preemptible,
-        cpu,
-        memory_gib,
-        submitted_at,
-        state,
-        started_at,
-        grace_seconds,
-        beneficiary_id,
-        evicted_at,
-        duration,
-    ) = row[: len(ENGINE_JOB_COLUMNS)]
-    return engine.Job(
-        id=key,
-        quota=quota,
-        gpus=gpus,
-        replicas=replica_count,
-        min_replicas=min_replicas,
-        priority=priority,
-        preemptible=bool(preemptible),
-        cpu=cpu,
-        memory_gib=memory_gib,
-        submitted_at=_epoch(submitted_at) or 0.0,
-        state=state,
-        started_at=_epoch(started_at),
-        placements=tuple(
-            engine.ReplicaPlacement(node=node, devices=stored_devices(devices), fraction=fraction)
-            for node, devices, fraction in replicas
-        ),
-        grace_seconds=grace_seconds,
-        workspace=workspace,
-        beneficiary=None if beneficiary_id is None else str(beneficiary_id),
-        evicted_at=_epoch(evicted_at),
-        duration=duration,
-    )
-
-
-class _Built:
-    """The nodes and quotas of the last snapshot, each with the rows they were built from: most
-    cycles read the same rows, and building S4's 21,000 frozen engine objects again costs a tenth
-    of a second. Each a tuple assigned at once: threads of a web process build snapshots too."""
-
-    nodes: tuple[list[tuple[Any, ...]], list[engine.Node], dict[int, str]] = ([], [], {})
-    quotas: tuple[list[tuple[Any, ...]], dict[int, str], list[engine.Quota]] = ([], {}, [])
-
-
-_built = _Built()
-
-
-def engine_quotas() -> tuple[dict[int, str], list[engine.Quota]]:
-    """The quota tree as the engine takes it, in one query; and each quota's name by id."""
-    quota_rows = raw_rows(
-        Quota.objects.order_by("id").values_list(
-            "id",
-            "name",
-            "parent_id",
-            "gpus",
-            "cpu",
-            "memory_gib",
-            "limit",
-            "cpu_limit",
-            "memory_gib_limit",
-            "weight",
-            "rank",
-            "child_preemption",
-            "same_level_preemption",
-            "queue_policy",
-            "min_runtime_seconds",
-            "pool__name",
-        )
-    )
-    built_rows, built_names, built_quotas = _built.quotas
-    if built_rows == quota_rows:  # the tree as last built: eleven thousand quotas at S4
-        return dict(built_names), list(built_quotas)
-    quota_names: dict[int, str] = {row[0]: row[1] for row in quota_rows}
-    quotas = [
-        engine.Quota(
-            name=name,
-            parent=quota_names.get(parent_id) if parent_id is not None else None,
-            gpus=gpus,
-            cpu=cpu,
-            memory_gib=memory_gib,
-            limit=limit,
-            cpu_limit=cpu_limit,
-            memory_gib_limit=memory_gib_limit,
-            weight=weight,
-            rank=rank,
-            child_preemption=bool(child_preemption),
-            same_level_preemption=bool(same_level_preemption),
-            queue_policy=queue_policy,
-            min_runtime_seconds=None if min_runtime is None else float(min_runtime),
-            created_order=order,
-            pool=pool,
-        )
-        for order, (
-            _id,
-            name,
-            parent_id,
-            gpus,
-            cpu,
-            memory_gib,
-            limit,
-            cpu_limit,
-            memory_gib_limit,
-            weight,
-            rank,
-            child_preemption,
-            same_level_preemption,
-            queue_policy,
-            min_runtime,
-            pool,
-        ) in enumerate(quota_rows)
-    ]
-    _built.quotas = (quota_rows, dict(quota_names), list(quotas))
-    return quota_names, quotas
-
-
-class NodesAndQuotas(NamedTuple):
-    """What a snapshot reads besides the jobs: the fence, the pools' placement policies, the nodes
-    and the quota tree (a few thousand rows at most; the jobs are the bulk)."""
-
-    fence_token: int
-    fence_generation: int
-    placement: str
-    pool_placements: tuple[tuple[str, str], ...]
-    nodes: list[engine.Node]
-    node_names: dict[int, str]
-    quota_names: dict[int, str]
-    quotas: list[engine.Quota]
-
-
-# A Slurm node's label: the devices Slurm jobs outside the console hold (slurm.inventory writes it).
-GPUS_OUTSIDE_LABEL = "slurm.gpus_outside"
-
-
-def held_outside(labels: Any) -> tuple[int, ...]:
-    """The devices of a Slurm node that Slurm jobs outside the console hold, as the Slurm sync
-    writes them in the node's labels (`slurm.gpus_outside`: "0,1"; docs/slurm.md). The labels as
-    the driver returns the JSON column: text, or already a dict."""
-    if isinstance(labels, str):
-        if GPUS_OUTSIDE_LABEL not in labels:
-            return ()
-        labels = json.loads(labels)
-    written = labels.get(GPUS_OUTSIDE_LABEL, "") if isinstance(labels, dict) else ""
-    if not isinstance(written, str):
-        return ()
-    return tuple(int(part) for part in written.split(",") if part.strip().isdigit())
-
-
-def read_nodes_and_quotas() -> NodesAndQuotas:
-    """The fence first (see `build_snapshot`), then the pools, the nodes and the quotas, in four
-    queries. Each node and quota carries its pool's name, and the engine schedules each pool on
-    its own (engine.pools)."""
-    fence = SchedulerFence.objects.filter(pk=SchedulerFence.SINGLETON_ID).values_list("token", "generation").first()
-    fence_token, fence_generation = fence if fence is not None else (0, 0)
-
-    pool_placements = tuple(ResourcePool.objects.order_by("id").values_list("name", "placement"))
-    placement = pool_placements[0][1] if pool_placements else engine_types.PACK
-
-    nodes: list[engine.Node] = []
-    node_names: dict[int, str] = {}
-    node_rows = raw_rows(
-        Node.objects.order_by("id").values_list(
-            "id", "name", "gpus", "cpu", "memory_gib", "state", "pool__name", "executor", "labels"
-        )
-    )
-    built_rows, built_nodes, built_names = _built.nodes
-    if built_rows == node_rows:  # the nodes as last built: ten thousand at S4
-        nodes, node_names = list(built_nodes), dict(built_names)
-        read_rows, node_rows = node_rows, []
-    else:
-        read_rows = node_rows
-    for node_id, name, gpus, cpu, memory_gib, state, pool, executor, labels in node_rows:
-        nodes.append(
-            engine.Node(
-                name=name,
-                gpus=gpus,
-                cpu=cpu,
-                memory_gib=memory_gib,
-                # Cordoned and draining nodes are up: their jobs run on until they end or are drained.
-                ready=state != NodeState.NOT_READY,
-                schedulable=state == NodeState.READY,
-                draining=state == NodeState.DRAINING,
-                pool=pool,
-                held_outside=held_outside(labels) if executor == NodeExecutor.SLURM else (),
-            )
-        )
-        node_names[node_id] = name
-
-    if node_rows:
-        _built.nodes = (read_rows, list(nodes), dict(node_names))
-    quota_names, quotas = engine_quotas()
-    return NodesAndQuotas(
-        fence_token, fence_generation, placement, pool_placements, nodes, node_names, quota_names, quotas
-    )
 
 
 def build_snapshot(now: datetime, *, incremental: bool = False) -> tuple[engine.Snapshot, SnapshotIndex]:

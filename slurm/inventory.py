@@ -30,7 +30,7 @@ from quotas.services.nodes import NewNode, create_nodes, node_snapshot, update_n
 from quotas.services.pools import create_pool
 from scheduling import triggers
 from scheduling.node_views import SLURM_STATE_LABEL
-from scheduling.snapshot import GPUS_OUTSIDE_LABEL
+from scheduling.snapshot_rows import GPUS_OUTSIDE_LABEL
 from slurm.client import SlurmJob, SlurmNode
 
 logger = logging.getLogger(__name__)

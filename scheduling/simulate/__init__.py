@@ -2,13 +2,15 @@
 
 - `scenario`: the frozen dataclasses a file is read into, and `ScenarioError`;
 - `parse`: YAML (or a document built in Python) to a `Scenario`, refused before anything is written;
-- `run`: `play` through the console's own services and cycle, on a `throwaway_database()`;
+- `run`: `play` through the console's own services and cycle, on a `throwaway_database()`
+  (`database`);
 - `output`: a checkpoint as tables for a terminal.
 """
 
 from __future__ import annotations
 
 from scheduling.simulate.cycle_lock import InProcessCycleLock
+from scheduling.simulate.database import throwaway_database
 from scheduling.simulate.output import format_checkpoint
 from scheduling.simulate.parse import load_scenario, parse_document, parse_scenario
 from scheduling.simulate.run import (
@@ -16,7 +18,6 @@ from scheduling.simulate.run import (
     SIMULATION_START,
     ScenarioRunner,
     play,
-    throwaway_database,
 )
 from scheduling.simulate.scenario import (
     END_ACTIONS,

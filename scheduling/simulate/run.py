@@ -7,21 +7,15 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
-from uuid import uuid4
 
-from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
-from django.core.management import call_command
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
-from django.db.utils import ConnectionHandler
-from django.test.utils import override_settings
+from django.db import transaction
 
 from quotas import hooks as quota_hooks
 from quotas import services as quota_services
@@ -29,7 +23,6 @@ from quotas.models import Node, NodeState, Quota, ResourcePool
 from scheduling import services as job_services
 from scheduling import triggers
 from scheduling.clock import SimulatedClock, use_clock
-from scheduling.cycle import ensure_fence
 from scheduling.models import Job, JobState, ReplicaPlacementRecord
 from scheduling.simulate.collector import batch_collection
 from scheduling.simulate.cycle_lock import InProcessCycleLock
@@ -421,41 +414,3 @@ def play(
     clock = SimulatedClock(start)
     with use_clock(clock), batch_collection():
         return ScenarioRunner(scenario, clock=clock).play(on_checkpoint)
-
-
-@contextmanager
-def throwaway_database() -> Iterator[None]:
-    """Point the default connection at a private in-memory SQLite database for the block.
-
-    The console's own database (SQLite file or PostgreSQL) is never opened. Cycle triggers
-    are off (the runner converges after each step itself) and no websocket event is
-    published, so neither the console's worker nor its live pages hear of simulated jobs.
-    """
-    alias = DEFAULT_DB_ALIAS
-    previous_settings = connections.settings[alias]
-    previous_connection = connections[alias]
-    private = ConnectionHandler().configure_settings(
-        {
-            alias: {
-                "ENGINE": "django.db.backends.sqlite3",
-                "NAME": f"file:simulate-{uuid4().hex}?mode=memory&cache=shared",
-            }
-        }
-    )[alias]
-    connections.settings[alias] = private
-    connection = connections.create_connection(alias)
-    connections[alias] = connection
-    try:
-        with override_settings(SCHEDULER_TRIGGER="none", SCHEDULER_PUBLISH_EVENTS=False):
-            # Tables straight from the models, as Django's test runner does with MIGRATE off:
-            # 0.3 s instead of ~3 s of rendering every migration's state. post_migrate still
-            # runs (content types, permissions); the one data migration (the fence row) is
-            # ensure_fence's to repeat.
-            with override_settings(MIGRATION_MODULES={app.label: None for app in apps.get_app_configs()}):
-                call_command("migrate", database=alias, run_syncdb=True, verbosity=0, interactive=False)
-            ensure_fence()
-            yield
-    finally:
-        connection.close()
-        connections[alias] = previous_connection
-        connections.settings[alias] = previous_settings

@@ -46,6 +46,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
             {
                 "selectors",
                 "snapshot",
+                "snapshot_rows",
                 "quota_figures",
                 "metrics_reads",
                 "holders",

@@ -27,7 +27,7 @@ from quotas.models import Node, NodeExecutor, NodeState
 from quotas.node_agents import installation_identity
 from scheduling.models import Job, JobEvent, JobEventKind, JobState
 from scheduling.node_views import SLURM_STATE_LABEL
-from scheduling.snapshot import GPUS_OUTSIDE_LABEL
+from scheduling.snapshot_rows import GPUS_OUTSIDE_LABEL
 from slurm import executor, inventory
 from slurm.models import SlurmJob
 from tests.conftest import PASSWORD

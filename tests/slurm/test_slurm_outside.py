@@ -15,7 +15,7 @@ from django.contrib.auth.models import AbstractUser
 from quotas.models import Node
 from scheduling.cycle import run_cycle
 from scheduling.models import Job, JobEvent, JobEventKind, JobState
-from scheduling.snapshot import GPUS_OUTSIDE_LABEL
+from scheduling.snapshot_rows import GPUS_OUTSIDE_LABEL
 from slurm.models import SlurmJob
 from tests.slurm.conftest import NODE_NAMES, Clients, SlurmCluster, console_turn, logs, settle, state, wait_until
 

@@ -12,12 +12,13 @@ victims the job can do without are given back ("Take the fewest GPUs that make t
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Any
 
 from scheduling.engine import bounds, resource_rules
 from scheduling.engine.actions import reserve
+from scheduling.engine.actions.excess import excess_heap, leaves_by_excess
 from scheduling.engine.actions.preempt import in_quota_rule, preemption_candidates, preemption_reason, preemption_rule
 from scheduling.engine.cluster import Placement
 from scheduling.engine.policies import RULE_ORDER, no_smaller, victim_key
@@ -156,56 +157,6 @@ def reclaim_region(session: Session, job: int) -> tuple[tuple[int, int], int]:
         lo, hi = 0, len(tree)
     leaves = session.candidate_leaves
     return (bisect_left(leaves, lo), bisect_left(leaves, hi)), top
-
-
-def leaves_by_excess(session: Session, region: tuple[int, int]) -> list[tuple[float, int, int]]:
-    """The region's leaves as a heap, the one furthest above its fair share on top.
-
-    Kept per region as a sorted list (a heap too) and brought up to date with the leaves whose
-    allocation changed since (`Session.allocated_leaves`): a leaf's excess reads its own figures
-    only, and a cycle may run hundreds of searches over the same ten thousand leaves, each
-    changing a few. Copied for each search, which pops and pushes its own.
-    """
-    log = session.allocated_leaves
-    kept = session.ranked.get(region)
-    if kept is None:
-        entries = excess_heap(session, region)
-        entries.sort()
-        kept = session.ranked[region] = Ranking(entries, {entry[2]: entry for entry in entries}, len(log))
-    elif kept.seen < len(log):
-        by_leaf = kept.by_leaf
-        changed = sorted({leaf for leaf in log[kept.seen :] if leaf in by_leaf})
-        kept.seen = len(log)
-        entries = kept.entries
-        for old, new in zip(
-            [by_leaf[leaf] for leaf in changed], resource_rules.excess_entries(session, changed), strict=True
-        ):
-            if old != new:
-                del entries[bisect_left(entries, old)]
-                insort(entries, new)
-                by_leaf[new[2]] = new
-    return kept.entries.copy()
-
-
-class Ranking:
-    """A region's leaves in excess order (`leaves_by_excess`), each leaf's entry, and how much of
-    `Session.allocated_leaves` they reflect."""
-
-    __slots__ = ("by_leaf", "entries", "seen")
-
-    def __init__(self, entries: list[tuple[float, int, int]], by_leaf: dict[int, tuple[float, int, int]], seen: int):
-        self.entries = entries
-        self.by_leaf = by_leaf
-        self.seen = seen
-
-
-def excess_heap(session: Session, region: tuple[int, int]) -> list[tuple[float, int, int]]:
-    """The region's leaves ranked on the current state, uncached: in the middle of a search the
-    allocation generation is no key (a search that finds nothing puts it back, and the next
-    one reaches the same number with other victims taken)."""
-    heap = resource_rules.excess_entries(session, session.candidate_leaves[region[0] : region[1]])
-    heapq.heapify(heap)
-    return heap
 
 
 def branches_below_lca(session: Session, qleaf: int, vleaf: int) -> tuple[int, int]:

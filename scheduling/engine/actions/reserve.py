@@ -81,21 +81,22 @@ GUARANTEED, FAIR_SHARE, BORROWER = 0, 1, 2
 
 
 def entitlement(session: Session, job: int) -> int:
-    """With the job admitted: its quota and every ancestor within their guarantees (0), within
-    their fair shares or guarantees (1), or above somewhere (2: a borrower). Lower is stronger."""
-    tree = session.tree
-    need = session.needs[job]
-    alloc = session.allocated
-    guaranteed = tree.admit_guaranteed
-    share = session.fair_share
-    level = GUARANTEED
-    for node in tree.chain[session.job_leaf[job]]:
-        after = alloc[node] + need
-        if after > guaranteed[node]:
-            if after > share[node]:
-                return BORROWER
-            level = FAIR_SHARE
-    return level
+    """With the job admitted: its own quota (the tree's leaf: a quota without children, or a
+    parent's "self") within its guarantee (0), within its fair share (1), or above it (2: a
+    borrower). Lower is stronger.
+
+    Only the leaf is asked. What children hold within their guarantees (fair shares) adds up to at
+    most their parent's, so an ancestor above is so because of a borrower somewhere under it,
+    whom a reclaim takes back first (the guarantee at every level, SCHEDULING.md §3). Judged by its
+    ancestors, a job within its quota's guarantee looked like a borrower whenever a borrower sat
+    above it, and a borrower's reservation then kept it waiting for ever."""
+    leaf = session.job_leaf[job]
+    after = session.allocated[leaf] + session.needs[job]
+    if after <= session.tree.admit_guaranteed[leaf]:
+        return GUARANTEED
+    if after <= session.fair_share[leaf]:
+        return FAIR_SHARE
+    return BORROWER
 
 
 def may_use(session: Session, job: int, level: int, kept: Hold) -> bool:

@@ -187,6 +187,34 @@ def test_a_borrowers_reservation_gives_way_to_an_entitled_job_of_another_quota()
     assert pending["big"].message.startswith("reserved: gpu-2 and gpu-4 free in about 100 s")
 
 
+def test_a_job_within_its_guarantee_takes_a_borrowers_reservation_under_a_borrowing_parent() -> None:
+    # A chain org > dept > team (8 GPUs each, one node of 8). The parents' own jobs are borrowers
+    # (their children guarantee all 8): org's 4-GPU gang reserves the 3 free GPUs. team's 4-GPU
+    # job is within team's guarantee (2 + 4 <= 8) but takes dept above its own: judged by its
+    # ancestors it looked like a borrower too, could not use the reservation, and waited for
+    # ever. Found by the deep-tree guarantee property at 5,000 examples.
+    tree = (
+        Quota("org", None, 8, created_order=0),
+        Quota("dept", "org", 8, created_order=1),
+        Quota("team", "dept", 8, created_order=2),
+    )
+    own = tuple(
+        Job(f"dept-{n}", "dept", 1, state="running", started_at=0.0, placements=(ReplicaPlacement("gpu-1", (n,)),))
+        for n in range(3)
+    )
+    team = tuple(
+        Job(f"team-{n}", "team", 1, state="running", started_at=0.0, placements=(ReplicaPlacement("gpu-1", (n,)),))
+        for n in (3, 4)
+    )
+    gang = Job("org-gang", "org", 4, submitted_at=1.0)
+    entitled = Job("team-big", "team", 4, submitted_at=2.0)
+    snapshot, _ = converge(Snapshot((Node("gpu-1", 8),), tree, (*own, *team, gang, entitled), 0.0))
+
+    assert where(snapshot, "team-big") == "running on gpu-1"
+    assert where(snapshot, "org-gang") == "pending"
+    assert sum(where(snapshot, f"dept-{n}") == "pending" for n in range(3)) == 1  # one borrower reclaimed
+
+
 def test_no_reservation_without_need_and_results_apply_in_order() -> None:
     # the same pool once gpu-3 is free: the gang fits at once and nothing is reserved
     free = Snapshot(NODES, TREE, (*RUNNING[:2], BIG), 0.0)
