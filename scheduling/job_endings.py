@@ -147,17 +147,6 @@ def finish_jobs(endings: Sequence[Ending]) -> list[Job]:
 # Rows per statement (the locking read, the placements' delete): a few thousand parameters each.
 _BATCH = 1000
 _EVENT_COLUMNS = ("job_id", "kind", "at", "rule", "beneficiary_id", "message")
-# What `lifecycle.end_job` writes on a job that ends by itself, besides its state, revision + 1,
-# finished_at and reason_message (`_written`).
-_FINAL_VALUES: dict[str, Any] = {
-    "allocated_gpus": 0,
-    "running_replicas": 0,
-    "release_at": None,
-    "evicted_at": None,
-    "beneficiary_id": None,
-    "position": None,
-    "reason_code": "",
-}
 _FINAL_COLUMNS = ("state", "finished_at", "reason_message")
 
 
@@ -213,7 +202,8 @@ def _end_by_themselves(endings: Sequence[Ending], now: datetime) -> list[Job]:
         return ended
     # NULL written as such: an untyped NULL parameter is not always taken for the column's type.
     fixed = [("revision", "revision + 1", ())] + [
-        (column, "NULL", ()) if value is None else (column, "%s", (value,)) for column, value in _FINAL_VALUES.items()
+        (column, "NULL", ()) if value is None else (column, "%s", (value,))
+        for column, value in lifecycle.FINAL_VALUES.items()
     ]
     written = sum(
         bulk.update_as_seen(Job, state=seen_state, columns=_FINAL_COLUMNS, rows=rows, fixed=fixed)
@@ -236,7 +226,7 @@ def _written(job: Job, *, final_state: str, now: datetime, message: str) -> None
     job.revision += 1
     job.finished_at = now
     job.reason_message = message
-    for attname, value in _FINAL_VALUES.items():
+    for attname, value in lifecycle.FINAL_VALUES.items():
         setattr(job, attname, value)
     job.beneficiary = None  # the cached relation too, not only its id
 

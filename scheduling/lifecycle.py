@@ -185,19 +185,26 @@ def finish_cancel(*, job_id: int, seen_revision: int, now: datetime, why: str) -
     )
 
 
+# What a job that ends (finished, failed, cancelled) is left with, besides its state, revision
+# + 1, finished_at and reason_message; `job_endings` writes the same for many jobs at once.
+FINAL_VALUES: dict[str, Any] = {
+    "allocated_gpus": 0,
+    "running_replicas": 0,
+    "release_at": None,
+    "evicted_at": None,
+    "beneficiary_id": None,
+    "position": None,
+    "reason_code": "",
+}
+
+
 def _finalise(*, job: Job, final_state: str, event_kind: str, now: datetime, message: str) -> bool:
     changed = Job.objects.filter(pk=job.pk, state=job.state, revision=job.revision).update(
         state=final_state,
         revision=F("revision") + 1,
-        allocated_gpus=0,
-        running_replicas=0,
         finished_at=now,
-        release_at=None,
-        evicted_at=None,
-        beneficiary=None,
-        position=None,
-        reason_code="",
         reason_message=message,
+        **FINAL_VALUES,
     )
     if not changed:
         return False

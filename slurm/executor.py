@@ -574,15 +574,7 @@ def _record_starts(started: Mapping[int, tuple[SlurmJobRow, SlurmJob, list[int]]
             rows.append(row)
             if devices:
                 devices_of_replica[row.replica] = devices
-            events.append(
-                JobEvent(
-                    job_id=row.job_id,
-                    kind=JobEventKind.STARTED,
-                    at=now,
-                    message=f"replica {row.rank} started on {row.node_name} as Slurm job {found.slurm_id}"
-                    + (f" (GPUs {','.join(map(str, devices))})" if devices else ""),
-                )
-            )
+            events.append(_started_event(row, "started on", found.slurm_id, devices, now))
         SlurmJobRow.objects.bulk_update(rows, ["state", "devices"])
         # Slurm chose the devices: the placement says which. A fraction keeps the console's.
         placements = list(ReplicaPlacementRecord.objects.filter(pk__in=list(devices_of_replica), fraction__gte=1))
@@ -591,6 +583,20 @@ def _record_starts(started: Mapping[int, tuple[SlurmJobRow, SlurmJob, list[int]]
         ReplicaPlacementRecord.objects.bulk_update(placements, ["devices"])
         JobEvent.objects.bulk_create(events)
     return len(rows)
+
+
+def _started_event(
+    row: SlurmJobRow, verb: str, slurm_id: int | None, devices: Sequence[int], now: datetime
+) -> JobEvent:
+    """A replica's start as its job's events tell it ("replica 0 started on gpu-1 as Slurm job 12
+    (GPUs 0,1)"); `verb` is "ran on" for one whose start is told only once it has ended."""
+    shown = f" (GPUs {','.join(map(str, devices))})" if devices else ""
+    return JobEvent(
+        job_id=row.job_id,
+        kind=JobEventKind.STARTED,
+        at=now,
+        message=f"replica {row.rank} {verb} {row.node_name} as Slurm job {slurm_id}{shown}",
+    )
 
 
 def _record_ends(ended: Mapping[int, tuple[SlurmJobRow, _Outcome]], now: datetime) -> dict[int, str]:
@@ -613,15 +619,7 @@ def _record_ends(ended: Mapping[int, tuple[SlurmJobRow, _Outcome]], now: datetim
                 # It ran and ended between two syncs: its start is told now (its devices are
                 # those its script wrote, when it got that far).
                 devices = read_devices_file(row.output) or ()
-                events.append(
-                    JobEvent(
-                        job_id=row.job_id,
-                        kind=JobEventKind.STARTED,
-                        at=now,
-                        message=f"replica {row.rank} ran on {row.node_name} as Slurm job {row.slurm_id}"
-                        + (f" (GPUs {','.join(map(str, devices))})" if devices else ""),
-                    )
-                )
+                events.append(_started_event(row, "ran on", row.slurm_id, devices, now))
         for (state, exit_code), pks in by_end.items():
             SlurmJobRow.objects.filter(pk__in=pks).update(state=state, exit_code=exit_code, ended_at=now)
         JobEvent.objects.bulk_create(events)
