@@ -12,12 +12,15 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import AbstractUser
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Locator, Page, expect
 from pytest_django.live_server_helper import LiveServer
 
 from quotas import services as quota_services
 from quotas.models import Node, Quota
+from scheduling import services as job_services
 from tests.console.conftest import check_accessibility
+from workspaces import services as workspace_services
+from workspaces.models import Workspace
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -88,3 +91,77 @@ def test_a_platform_admin_sets_a_cpu_guarantee_and_limit_and_sees_them(
             page.goto(f"{live_server.url}{path}")
             check_accessibility(page)
             page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
+
+
+# The quota table's scroll box: how wide its content is, and how wide it shows.
+BOX_SCROLL = """() => { const box = document.querySelector('[data-quota-tree]').closest('.scroll-box');
+  return [box.scrollWidth, box.clientWidth]; }"""
+
+
+def right_edge(element: Locator) -> float:
+    box = element.bounding_box()
+    assert box is not None
+    return box["x"] + box["width"]
+
+
+def height(element: Locator) -> float:
+    box = element.bounding_box()
+    assert box is not None
+    return box["height"]
+
+
+def a100_pool_like_the_demo(developer: AbstractUser) -> None:
+    """The demo's a100 pool (console/management/commands/load_demo.py): 4 nodes of 8 GPUs, 64 cores
+    and 512 GiB; Batch guarantees 256 cores and 2,048 GiB, its children 192/1,536 and 64/512; a
+    sweep on Batch.sweeps holds cores and memory."""
+    pool = quota_services.create_pool(actor=None, name="a100")
+    for index in range(1, 5):
+        quota_services.create_node(actor=None, name=f"a100-{index}", gpus=8, cpu=64, memory_gib=512, pool=pool)
+    batch = quota_services.create_quota(
+        actor=None, name="Batch", gpus=32, cpu=256, cpu_limit=256, memory_gib=2048, pool=pool
+    )
+    sweeps = quota_services.create_quota(
+        actor=None, name="Batch.sweeps", parent=batch, gpus=24, cpu=192, memory_gib=1536
+    )
+    quota_services.create_quota(actor=None, name="Batch.eval", parent=batch, gpus=8, cpu=64, memory_gib=512)
+    workspace = Workspace.objects.get(name="workspace-b")
+    workspace_services.bind_quota(actor=None, workspace=workspace, quota=sweeps)
+    job_services.submit_job(
+        actor=developer, workspace=workspace, quota=sweeps, name="sweep-a100", kind="training",
+        gpus=4, replicas=2, cpu=32, memory_gib=256,
+    )  # fmt: skip
+    job_services.converge()
+
+
+def test_every_column_of_a_pool_with_cpu_and_memory_fits_1280_px_with_no_sideways_scroll(
+    live_server: LiveServer, pai_world: dict[str, AbstractUser], browser_page: Page, sign_in: SignIn
+) -> None:
+    """The CPU and memory columns come on top of the GPU ones: at 1280 px the table still fits its
+    box, Actions included (docs/console.md), and each Actions menu opens inside it."""
+    a100_pool_like_the_demo(pai_world["developer"])
+    page = browser_page
+    page.set_viewport_size({"width": 1280, "height": 900})
+    sign_in(page, "platform-admin")
+    page.goto(f"{live_server.url}/quotas/")
+    page.get_by_role("navigation", name="Pools").get_by_role("link", name="Pool a100").click()
+    tree = page.get_by_test_id("quota-tree")
+    expect(tree.locator("[data-quota='Batch.sweeps']").get_by_test_id("resource-cpu")).to_contain_text("64 / 192")
+    for header in ("CPU cores", "Memory (GiB)", "Actions"):
+        expect(tree.get_by_role("columnheader", name=header)).to_be_in_viewport(ratio=1)  # the box clips the rest
+    box_scroll, box_width = page.evaluate(BOX_SCROLL)
+    assert box_scroll <= box_width, f"the quota table scrolls sideways in its box ({box_scroll} > {box_width} px)"
+    assert page.evaluate("document.scrollingElement.scrollWidth") <= 1280
+    table_right = right_edge(tree)
+    assert table_right <= 1256, f"the quota table ends at {table_right} px, past the content's 1256 px"
+    for name in ("Batch", "Batch.sweeps", "Batch.eval"):
+        row = tree.locator(f"[data-quota='{name}']")
+        actions = row.get_by_text("Actions")
+        assert right_edge(actions) <= table_right and height(actions) < 30, f"{name}'s Actions is cut or wraps"
+        actions.click()
+        for action in ("New child quota", "Delete"):
+            link = row.get_by_role("link", name=action)
+            expect(link).to_be_visible()
+            assert right_edge(link) <= table_right, f"{name}'s {action} sticks out of the table"
+    box_scroll, box_width = page.evaluate(BOX_SCROLL)
+    assert box_scroll <= box_width, f"the open Actions menus widen the table to {box_scroll} px"
+    check_accessibility(page)
