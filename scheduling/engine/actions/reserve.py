@@ -12,10 +12,10 @@ Allocate calls in here at two points, and reclaim and explain at one each:
 - `backfill`: a later job that found no room may still use reserved GPUs when it cannot delay
   the reservation: it asks fewer GPUs than the reserved job and, by its own known duration, ends
   before the reservation's expected start. A job of unknown duration uses only GPUs outside.
-  And a reservation never lets a borrower block an entitled job: a job of another quota that is
-  more entitled than the reserved one (within its guarantee, or within its fair share, where the
-  reserved job is not) may use its GPUs; so may its victim search (`search_with_hold`), which also
-  counts the job's own reservation as free.
+  And a reservation never keeps a quota from its guarantee: a job more entitled than the reserved
+  one (within its guarantee, or within its fair share, where the reserved job is not) may use its
+  GPUs, if of another quota, or of the same one within the guarantee (SCHEDULING.md §5); so may
+  its victim search (`search_with_hold`), which also counts the job's own reservation as free.
 - `explainer`: the reserved job says where and when ("reserved: gpu-3 and gpu-4 free in about
   40 s"); a job kept off reserved GPUs gets `behind_reservation`.
 
@@ -103,8 +103,8 @@ def may_use(session: Session, job: int, level: int, kept: Hold) -> bool:
     """Whether the job may take GPUs of the reservation `kept` (see the module)."""
     if not kept.devices or kept.job == job:
         return False
-    if level < kept.level and kept.leaf != session.job_leaf[job]:
-        return True  # more entitled than the reserved job, and not behind it in its own queue
+    if level < kept.level and (level == GUARANTEED or kept.leaf != session.job_leaf[job]):
+        return True  # more entitled; behind it in its own queue, only within the guarantee (§5)
     spec = session.jobs[job]
     return (
         spec.duration is not None
@@ -134,7 +134,8 @@ def open_to(session: Session, level: int) -> bool:
 def hold_head(session: Session, job: int) -> None:
     """`hold` for the head of a quota's queue passed over until the borrowers' pass, even where
     it fits now: the jobs behind it in its own quota would otherwise take those GPUs first, as
-    entitled jobs, again and again. It uses its own reservation in that pass (`backfill`)."""
+    entitled jobs, again and again. Only those within the guarantee still may (`may_use`). It
+    uses its own reservation in that pass (`backfill`)."""
     hold(session, job)
 
 
