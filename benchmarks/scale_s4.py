@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
+import itertools
 import json
 import os
 import random
@@ -184,6 +186,11 @@ def child_seed(url: str, scale: int, template: str, running: bool) -> dict[str, 
     _use_database(url, template)
     with override_settings(MIGRATION_MODULES={app.label: None for app in apps.get_app_configs()}):
         call_command("migrate", run_syncdb=True, verbosity=0, interactive=False)
+    # The tables are built without the migrations (faster): the storage setting they make is made
+    # here, before the rows go in, so that the bulk insert leaves each page the room it leaves.
+    room = importlib.import_module("scheduling.migrations.0008_job_fillfactor")
+    with connection.schema_editor() as editor:
+        room.leave_room(apps, editor)
     ensure_fence()
     write_snapshot(scaled_cluster(scale, running=running))
     connection.close()
@@ -215,6 +222,21 @@ def child_cycle(url: str, template: str, run_db: str) -> dict[str, Any]:
         """CPU seconds of this connection's PostgreSQL backend (same machine): utime + stime."""
         fields = backend.read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def job_table() -> dict[str, int]:
+        """Job rows updated so far on this database (of them HOT: on their own page, no index
+        entry), and the table's pages. This connection's counts are flushed to the statistics first."""
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_force_next_flush()")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT n_tup_upd, n_tup_hot_upd, pg_relation_size(relid) / 8192 FROM pg_stat_user_tables "
+                "WHERE relname = 'scheduling_job'"
+            )
+            updated, hot, pages = cursor.fetchone()
+        return {"updated": updated, "hot": hot, "pages": pages}
+
+    tables = [job_table()]
 
     def timed(name: str, function: Any) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -251,9 +273,12 @@ def child_cycle(url: str, template: str, run_db: str) -> dict[str, Any]:
                     outcome = cycle.run_cycle(trigger="benchmark")
                 cpu = time.process_time() - cpu_started
             first_parts = dict(parts)
+            tables.append(job_table())
             steady_outcome = cycle.run_cycle(trigger="benchmark")  # the next cycle: little left to decide
             next_parts = dict(parts)
+            tables.append(job_table())
             later_outcome = cycle.run_cycle(trigger="benchmark")  # the one after: the first cycle's reasons settled
+            tables.append(job_table())
     finally:
         connection.close()
         with psycopg.connect(dbname="postgres", autocommit=True, **admin) as server:
@@ -270,6 +295,11 @@ def child_cycle(url: str, template: str, run_db: str) -> dict[str, Any]:
         "steady": {"duration_s": steady_outcome.duration_ms / 1000, "parts": next_parts},
         "later": {"duration_s": later_outcome.duration_ms / 1000, "parts": parts},
         "jobs_read": read,
+        "job_updates": [
+            {"updated": after["updated"] - before["updated"], "hot": after["hot"] - before["hot"]}
+            for before, after in itertools.pairwise(tables)
+        ],
+        "job_pages": [table["pages"] for table in tables],
         "peak_rss_mb": max_rss_mb(),
     }
 
@@ -311,24 +341,32 @@ def engine_rows(
 
 
 def cycle_rows(
-    trees: dict[str, Path], scales: list[int], url: str, cap: int, *, running: bool, prefix: str
+    trees: dict[str, Path], scales: list[int], url: str, cap: int, *, prefix: str
 ) -> dict[tuple[str, int], Any]:
     rows: dict[tuple[str, int], Any] = {}
-    here = next(iter(reversed(trees.values())))
     for scale in scales:
-        template = f"{prefix}_seed{scale}"
-        seeded = run_child(here, cap, "--child", "seed", "--scale", str(scale), "--url", url, "--template", template)
-        seeded.update({"running": "1" if running else "0"})
-        print(f"  seeded {scale}x in {seeded['seconds']:.0f} s", file=sys.stderr)
+        # Each tree seeds its own template with its own code: how the tables are stored (the job
+        # table's fillfactor, for one) is part of what is compared.
+        templates = {label: _template(prefix, label, scale) for label in trees}
+        for label, tree in trees.items():
+            command = ["--child", "seed", "--scale", str(scale), "--url", url, "--template", templates[label]]
+            seeded = run_child(tree, cap, *command)
+            print(f"  seeded {label} {scale}x in {seeded['seconds']:.0f} s", file=sys.stderr)
         for label, tree in trees.items():
             got = run_child(
-                tree, cap, "--child", "cycle", "--url", url, "--template", template, "--run-db", f"{prefix}_run"
+                tree, cap, "--child", "cycle", "--url", url, "--template", templates[label], "--run-db", f"{prefix}_run"
             )
             rows[(label, scale)] = got
             print(f"  cycle {label} {scale}x: {got['duration_s']:.2f} s {got['parts']}", file=sys.stderr)
         if not os.environ.get("SCALE_S4_KEEP_SEED"):
-            _drop(url, template)
+            for template in templates.values():
+                _drop(url, template)
     return rows
+
+
+def _template(prefix: str, label: str, scale: int) -> str:
+    """The seeded database of a size: this tree's as `--seed-only` names it, the tree before's apart."""
+    return f"{prefix}_before_seed{scale}" if label == "before" else f"{prefix}_seed{scale}"
 
 
 def _drop(url: str, name: str) -> None:
@@ -382,9 +420,10 @@ def report(
     if cycles:
         print(
             "\n| size | tree | cycle | snapshot + engine + commit, wall s (÷ 3 s) | CPU of this process, s: "
-            "snapshot + engine + commit | CPU of PostgreSQL, s | queries (first cycle, with executor) | peak RSS, MB |"
+            "snapshot + engine + commit | CPU of PostgreSQL, s | queries (first cycle, with executor) "
+            "| job rows the snapshot read | job rows updated (HOT) | job table pages after | peak RSS, MB |"
         )
-        print("|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|")
     for scale in scales:
         for label in trees:
             full = cycles.get((label, scale))
@@ -400,6 +439,8 @@ def report(
                     f"| {sum(process):.2f} = {' + '.join(f'{value:.2f}' for value in process)} "
                     f"| {sum(server):.2f} | {full['queries'] if name == 'first' else '—'} "
                     f"| {full['jobs_read'][number] if 'jobs_read' in full else '—'} "
+                    f"| {_updates(full, number)} "
+                    f"| {full['job_pages'][number + 1] if 'job_pages' in full else '—'} "
                     f"| {full['peak_rss_mb']:.0f} |"
                 )
     if cycles:
@@ -408,6 +449,14 @@ def report(
             "written); next: the cycle after it, in the same process (engine jobs reused, as a worker runs); "
             "third: the one after that (the first cycle's reasons settled)."
         )
+
+
+def _updates(full: dict[str, Any], number: int) -> str:
+    """Job rows a cycle updated, and of them HOT (a tree before these figures were kept: —)."""
+    if "job_updates" not in full:
+        return "—"
+    counts = full["job_updates"][number]
+    return f"{counts['updated']:,} ({counts['hot']:,})"
 
 
 def main() -> None:
@@ -470,7 +519,7 @@ def main() -> None:
     )
     cycles = {}
     if args.postgres:
-        cycles = cycle_rows(trees, scales, args.postgres, args.memory_cap, running=True, prefix=args.db_prefix)
+        cycles = cycle_rows(trees, scales, args.postgres, args.memory_cap, prefix=args.db_prefix)
     if args.save:  # the raw figures, for the record
         rows = {"engine": engine, "cycles": cycles}
         flat = {part: {f"{label} {scale}": row for (label, scale), row in got.items()} for part, got in rows.items()}
