@@ -21,9 +21,13 @@ engine alone on an empty cluster of that size (pending jobs only), pods placed p
 
 With --postgres, each size is seeded once in bulk into a template database (not measured), and
 each tree's cycle runs on a fresh copy of it: `scheduling.cycle.run_cycle` as the worker runs it,
-its snapshot, engine and commit timed apart. --throughput-scale adds the first cycle on an empty
-cluster of that size (pending jobs only): the pods placed per second, the figure kube-scheduler
-(~680 pods/s at 5,000 nodes) and YuniKorn (~410 at 4,000) publish.
+its snapshot, engine and commit timed apart, and the job rows each cycle updated (of them HOT).
+Each tree seeds its own template with its own code (`--before`'s as PREFIX_before_seedK): the
+seed builds the tables without migrations and makes the storage settings they make itself (the
+job table's fillfactor), so how the rows lie on their pages is part of what is compared.
+--throughput-scale adds the first cycle on an empty cluster of that size (pending jobs only): the
+pods placed per second, the figure kube-scheduler (~680 pods/s at 5,000 nodes) and YuniKorn
+(~410 at 4,000) publish.
 """
 
 from __future__ import annotations
