@@ -7,15 +7,15 @@ entry in the table's nine indexes) — but only where the page has room for the 
 the default fillfactor (100) the pages of rows inserted together are full, and every reason
 write became a cold update: a new version on another page and an entry in every index.
 
-FILLFACTOR chosen by measurement at S4 (docs/benchmarks-engine.md, "Room for the reasons"):
-the pending jobs are the newest rows, so their pages hold nothing else, and a page keeps a
-cycle's rewrites HOT when it has room for one more version of each of its rows (about 210 bytes
-without a reason, 300-410 with one; the version before is pruned when the page is next read).
-Of 100, 70, 55 and 45, 55 is the highest at which a running worker's rewrites are nearly all HOT: 99 % of the
-93,000 rows of a cycle (70: 83 %; 100: 1 %), PostgreSQL's CPU for them 3.2 s -> 0.8 s; 45 gains
-nothing more and costs 20 % more pages. A job's first reason doubles its row and goes HOT on
-40 % of the rows at 55 (all of them would need about 33). The snapshot's CPU did not move with the
-table's size.
+FILLFACTOR chosen by measurement at S4 (docs/benchmarks-engine.md, "Room for the reasons"): the
+pending jobs are the newest rows, so their pages hold nothing else, and a page keeps a cycle's
+rewrites HOT when it has room for one more version of each of its rows (about 210 bytes without
+a reason, 300-410 with one; the version before is pruned when the page is next read). Of 100,
+70, 55 and 45, 55 is the highest at which a running worker's rewrites are nearly all HOT: 99 %
+of the 93,000 rows of a cycle (70: 83 %; 100: 1 %), PostgreSQL's CPU for them 3.2 s -> 0.8 s; 45
+gains nothing more and costs 20 % more pages. A job's first reason doubles its row and goes HOT
+on 40 % of the rows at 55 (all of them would need about 33). The snapshot's CPU did not move
+with the table's size.
 
 Only rows inserted or moved after this migration get the room: it does not rewrite the table
 (VACUUM FULL takes the table's exclusive lock). The rows a cycle rewrites are the active jobs,
