@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -251,17 +251,31 @@ def _start_of(row: dict[str, Any]) -> DesiredStart:
         job=row["job_id"],
         rank=row["rank"],
         command=command,
-        # The job's own variables first, the console's on top (scheduling.job_environment refuses
-        # those names at submit; an older row is overridden, never obeyed).
-        environment={
-            **row.get("environment", {}),
-            "GQC_JOB_ID": str(row["job_id"]),
-            "GQC_JOB_NAME": row["name"],
-            "GQC_QUOTA": row["quota"],
-            "GQC_REPLICA_RANK": str(row["rank"]),
-            "GQC_REPLICAS": str(row["replicas"]),
-        },
+        environment=replica_environment(
+            row.get("environment", {}),
+            job_id=row["job_id"],
+            job_name=row["name"],
+            quota=row["quota"],
+            rank=row["rank"],
+            replicas=row["replicas"],
+        ),
         gpus=[int(device) for device in row["devices"]],
         fraction=float(row["fraction"]),
         image=row.get("image", ""),
     )
+
+
+def replica_environment(
+    own: Mapping[str, str], *, job_id: int, job_name: str, quota: str, rank: int, replicas: int
+) -> dict[str, str]:
+    """What a replica's process runs with, whichever executor starts it (agent or Slurm): the
+    job's own variables first, the console's on top (scheduling.job_environment refuses those
+    names at submit; an older row is overridden, never obeyed)."""
+    return {
+        **{str(name): str(value) for name, value in own.items()},
+        "GQC_JOB_ID": str(job_id),
+        "GQC_JOB_NAME": job_name,
+        "GQC_QUOTA": quota,
+        "GQC_REPLICA_RANK": str(rank),
+        "GQC_REPLICAS": str(replicas),
+    }

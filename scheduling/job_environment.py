@@ -27,7 +27,7 @@ RESERVED_NAMES: Final = frozenset(
         "NVIDIA_VISIBLE_DEVICES",
     }
 )
-# The console names the job, its quota and the replica's rank with these (agent_beat._start_of).
+# The console names the job, its quota and the replica's rank with these (agent_beat.replica_environment).
 RESERVED_PREFIX: Final = "GQC_"
 
 NAME_PATTERN: Final = re.compile(rf"[A-Za-z_][A-Za-z0-9_]{{0,{bounds.JOB_ENV_NAME_MAX_LENGTH - 1}}}")

@@ -42,6 +42,7 @@ from quotas import bounds
 from quotas.models import NodeExecutor
 from quotas.node_agents import installation_identity
 from scheduling import lifecycle, triggers
+from scheduling.agent_beat import replica_environment
 from scheduling.agent_services import FAILURE_LOG_LINES, _append_logs
 from scheduling.models import Job, JobEvent, JobEventKind, JobLog, JobState, ReplicaPlacementRecord
 from scheduling.services import Ending, finish_job, finish_jobs
@@ -219,17 +220,13 @@ def _ranks(job_ids: Iterable[int]) -> dict[int, int]:
 
 
 def _environment(job: Job, rank: int, fraction: float) -> dict[str, str]:
-    # The job's own environment (scheduling's migration 0004 gives jobs one), then the console's.
-    own = getattr(job, "environment", None) or {}
-    environment = {str(key): str(value) for key, value in own.items()}
-    environment.update(
-        {
-            "GQC_JOB_ID": str(job.pk),
-            "GQC_JOB_NAME": job.name,
-            "GQC_QUOTA": job.quota.name,
-            "GQC_REPLICA_RANK": str(rank),
-            "GQC_REPLICAS": str(job.running_replicas),
-        }
+    environment = replica_environment(
+        job.environment or {},
+        job_id=job.pk,
+        job_name=job.name,
+        quota=job.quota.name,
+        rank=rank,
+        replicas=job.running_replicas,
     )
     if fraction < 1:
         environment["GPU_QUOTA_FRACTION"] = f"{fraction:g}"
