@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -212,18 +212,27 @@ def _read_beat(
     return placements, processes
 
 
-def _add_ranks(placements: dict[int, dict[str, Any]], replicas: set[int]) -> None:
-    """The rank (position in its job, from 0) of these replicas: one query, only when some are new."""
-    if not replicas:
-        return
-    jobs = {placements[replica]["job_id"] for replica in replicas}
+def replica_ranks(job_ids: Iterable[int]) -> dict[int, int]:
+    """Each replica of these jobs with its rank (its position among its job's placements, from 0),
+    by replica id, whichever executor runs it: one query."""
+    ranks: dict[int, int] = {}
     position: dict[int, int] = defaultdict(int)
     for replica, job_id in (
-        ReplicaPlacementRecord.objects.filter(job_id__in=jobs).order_by("id").values_list("id", "job_id")
+        ReplicaPlacementRecord.objects.filter(job_id__in=set(job_ids)).order_by("id").values_list("id", "job_id")
     ):
-        if replica in placements:
-            placements[replica]["rank"] = position[job_id]
+        ranks[replica] = position[job_id]
         position[job_id] += 1
+    return ranks
+
+
+def _add_ranks(placements: dict[int, dict[str, Any]], replicas: set[int]) -> None:
+    """The rank of these replicas: one query, only when some are new."""
+    if not replicas:
+        return
+    ranks = replica_ranks({placements[replica]["job_id"] for replica in replicas})
+    for replica, rank in ranks.items():
+        if replica in placements:
+            placements[replica]["rank"] = rank
 
 
 def _add_job_settings(placements: dict[int, dict[str, Any]], replicas: set[int]) -> None:

@@ -27,7 +27,7 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -42,7 +42,7 @@ from quotas import bounds
 from quotas.models import NodeExecutor
 from quotas.node_agents import installation_identity
 from scheduling import lifecycle, triggers
-from scheduling.agent_beat import replica_environment
+from scheduling.agent_beat import replica_environment, replica_ranks
 from scheduling.agent_services import FAILURE_LOG_LINES, _append_logs
 from scheduling.models import Job, JobEvent, JobEventKind, JobLog, JobState, ReplicaPlacementRecord
 from scheduling.services import Ending, finish_job, finish_jobs
@@ -207,18 +207,6 @@ def _placed_without_slurm_job(job_ids: Sequence[int] | None) -> list[_Placed]:
     ]
 
 
-def _ranks(job_ids: Iterable[int]) -> dict[int, int]:
-    """Each replica's rank in its job (its position among the job's placements, from 0)."""
-    ranks: dict[int, int] = {}
-    position: dict[int, int] = defaultdict(int)
-    for replica, job_id in (
-        ReplicaPlacementRecord.objects.filter(job_id__in=set(job_ids)).order_by("id").values_list("id", "job_id")
-    ):
-        ranks[replica] = position[job_id]
-        position[job_id] += 1
-    return ranks
-
-
 def _environment(job: Job, rank: int, fraction: float) -> dict[str, str]:
     environment = replica_environment(
         job.environment or {},
@@ -331,7 +319,7 @@ def submit_placed(
         job = jobs.get(job_id)
         if job is not None and job_id not in started and _taken_outside(job, replicas, held, now):
             del jobs[job_id]
-    ranks = _ranks(jobs)
+    ranks = replica_ranks(jobs)
     output_dir = Path(str(settings.SLURM_OUTPUT_DIR))
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
