@@ -30,8 +30,10 @@ from __future__ import annotations
 import _thread
 import argparse
 import contextlib
+import ctypes
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -97,6 +99,43 @@ class MemoryWatch:
                 print(f"available memory {available / 2**30:.1f} GiB < floor: stopping", flush=True)
                 _thread.interrupt_main()  # KeyboardInterrupt in the main thread: the clean-ups run
                 return
+
+
+# prctl(2): orphans of this process's descendants become its children rather than init's, so
+# the sweep at the end finds a replica an agent left behind (its own session, a wrapper that
+# ignores SIGTERM) or a slurmstepd that outlived its slurmd.
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def kill_groups(pids: list[int]) -> None:
+    """SIGKILL the process group each of `pids` leads (each was started in its own session)."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def sweep_descendants() -> list[str]:
+    """SIGKILL every process still under this one (and its group, unless it is ours) and reap it:
+    nothing a part started outlives it, on success, error or interrupt. What was left (names)."""
+    own_group = os.getpgrp()
+    left = psutil.Process().children(recursive=True)
+    names = []
+    for process in left:
+        with contextlib.suppress(psutil.Error):
+            names.append(" ".join(process.cmdline())[:60])
+    for process in left:
+        with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
+            group = os.getpgid(process.pid)
+            if group != own_group:
+                os.killpg(group, signal.SIGKILL)
+            process.kill()
+    psutil.wait_procs(left, timeout=10)
+    return names
 
 
 def say(text: str) -> None:
@@ -432,7 +471,7 @@ def part_b(args: argparse.Namespace, scratch: Path) -> Figure:
     with slurm_cluster(args.nodes, scratch / "slurm-b") as cluster:
         output = scratch / "slurm-output"
         extra = {"SLURM_CONF": str(cluster.conf), "SLURM_OUTPUT_DIR": str(output), "SLURM_SYNC_SECONDS": str(args.sync)}
-        with console(args, "slurmdrain_b", extra):
+        with console(args, f"slurmdrain_b_{os.getpid()}", extra):
             from quotas.models import Node
             from slurm.models import SlurmJob
 
@@ -451,7 +490,7 @@ def part_b(args: argparse.Namespace, scratch: Path) -> Figure:
 def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
     # Two web processes, as the agent benchmark's thousand agents ran (docs/agent.md).
     extra = {"AGENT_HEARTBEAT_SECONDS": str(args.heartbeat), "WEB_CONCURRENCY": "2"}
-    with console(args, "slurmdrain_c", extra):
+    with console(args, f"slurmdrain_c_{os.getpid()}", extra):
         from gqc.agent import command_line
         from quotas.models import Node, NodeExecutor, ResourcePool
         from quotas.node_agents import issue_node_token
@@ -489,6 +528,7 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
                             cwd=ROOT,
                             stdout=subprocess.DEVNULL,
                             stderr=log,
+                            start_new_session=True,  # its group is SIGKILLed at the end
                         )
                     )
             wait_until(
@@ -517,8 +557,9 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
                     say(f"(c) {name} {state}: beat {beat}, lost {lost}, registered {registered}; agent log: {tail}")
                 raise
         finally:
-            for process in processes:
-                process.terminate()
+            # SIGKILL, not SIGTERM: a stopping agent leaves its replicas (each in its own session,
+            # the filler's wrapper ignoring SIGTERM) running; sweep_descendants ends those.
+            kill_groups([process.pid for process in processes])
             for process in processes:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     process.wait(timeout=10)
@@ -566,7 +607,12 @@ def main() -> int:
     figures: list[Figure] = []
     try:
         if len(args.parts) == 1:
-            figure = {"a": part_a, "b": part_b, "c": part_c}[args.parts[0]](args, scratch)
+            become_subreaper()
+            try:
+                figure = {"a": part_a, "b": part_b, "c": part_c}[args.parts[0]](args, scratch)
+            finally:
+                if swept := sweep_descendants():
+                    say(f"({args.parts[0]}) {len(swept)} processes left at the end, killed: {'; '.join(swept[:5])}")
             say(f"{figure.line()}; load {os.getloadavg()[0]:.2f}")
             print(f"FIGURE {figure.part} {figure.jobs} {figure.ended} {figure.seconds} {figure.failed}", flush=True)
             return 0
@@ -593,13 +639,17 @@ def run_part(part: str) -> Figure:
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
     figure = Figure(part, 0, 0, 0.0)
-    for line in child.stdout:
-        if line.startswith("FIGURE "):
-            _tag, name, jobs, ended, seconds, failed = line.split()
-            figure = Figure(name, int(jobs), int(ended), float(seconds), int(failed))
-        else:
-            print(line, end="", flush=True)
-    child.wait()
+    try:
+        for line in child.stdout:
+            if line.startswith("FIGURE "):
+                _tag, name, jobs, ended, seconds, failed = line.split()
+                figure = Figure(name, int(jobs), int(ended), float(seconds), int(failed))
+            else:
+                print(line, end="", flush=True)
+    finally:
+        if child.poll() is None:  # interrupted here: the part's own clean-up runs on its SIGINT
+            child.send_signal(signal.SIGINT)
+        child.wait()
     return figure
 
 
