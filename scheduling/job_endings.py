@@ -240,27 +240,122 @@ def release_jobs_on_down_node(*, node_id: int, node_name: str) -> int:
     its GPUs and goes back to the queue (or fails, when it asked not to be requeued), so the
     next cycle can place it on the ready nodes. Returns how many jobs were released."""
     now = get_clock().now()
-    released = 0
     with transaction.atomic():
         on_node = (
             Job.objects.filter(state__in=(JobState.RUNNING, JobState.RELEASING), placements__node_id=node_id)
-            .values("id", "state", "revision", "requeue")
+            .values_list("id", "state", "revision", "requeue")
             .distinct()
             .order_by("id")
         )
-        for row in on_node:
-            if lifecycle.release_job(
-                job_id=row["id"],
-                seen_state=row["state"],
-                seen_revision=row["revision"],
-                requeue=row["requeue"],
-                now=now,
-                message=f"node {node_name} went down",
-            ):
-                released += 1
+        released = release_jobs(
+            [
+                Release(pk, state, revision, requeue, f"node {node_name} went down")
+                for pk, state, revision, requeue in on_node
+            ],
+            now,
+        )
         if released:
             triggers.request_cycle_on_commit("node-down")
-    return released
+    return len(released)
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """One job to let go of its GPUs (`release_jobs`), as its caller saw it."""
+
+    job_id: int
+    seen_state: str
+    seen_revision: int
+    requeue: bool
+    message: str
+
+
+_RELEASED_COLUMNS = ("state", "finished_at", "reason_code", "reason_message")
+
+
+def release_jobs(releases: Sequence[Release], now: datetime) -> list[int]:
+    """`lifecycle.release_job` for many jobs, inside the caller's transaction and in a few
+    statements whatever their number: the same row, placements and event for each. A job no longer
+    as seen is left alone and not in the answer (the ids released, in id order)."""
+    locked = _locked_as_seen({(r.job_id, r.seen_state, r.seen_revision) for r in releases})
+    rows_by_state: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    events: list[tuple[int, str, datetime, str, int | None, str]] = []
+    done: set[int] = set()
+    for release in sorted(releases, key=lambda r: r.job_id):
+        job = locked.get(release.job_id)
+        seen = (release.seen_state, release.seen_revision)
+        if job is None or (job.state, job.revision) != seen or release.job_id in done:
+            continue
+        done.add(release.job_id)
+        values = lifecycle.released_values(requeue=release.requeue, now=now, message=release.message)
+        row = [values[column] for column in _RELEASED_COLUMNS]
+        rows_by_state[release.seen_state].append((release.job_id, release.seen_revision, *row))
+        kind, message = lifecycle.released_event(requeue=release.requeue, message=release.message)
+        events.append((release.job_id, kind, now, "", None, message))
+    fixed = [("revision", "revision + 1", ()), ("preemptions", "preemptions + 1", ())] + [
+        (column, "NULL", ()) if value is None else (column, "%s", (value,))
+        for column, value in lifecycle.released_values(requeue=True, now=now).items()
+        if column not in _RELEASED_COLUMNS
+    ]
+    return _write_ends(rows_by_state, _RELEASED_COLUMNS, fixed, events)
+
+
+def finish_cancels(cancels: Sequence[tuple[int, int]], now: datetime, why: str) -> list[int]:
+    """`lifecycle.finish_cancel` for many (job id, seen revision) at once, inside the caller's
+    transaction: each job still releasing at that revision with the `cancelling` reason is
+    cancelled, its devices freed, with the same row and event as one at a time. The ids cancelled."""
+    locked = _locked_as_seen({(job_id, JobState.RELEASING, revision) for job_id, revision in cancels})
+    rows: list[tuple[Any, ...]] = []
+    events: list[tuple[int, str, datetime, str, int | None, str]] = []
+    for job_id, revision in sorted(set(cancels)):
+        job = locked.get(job_id)
+        if job is None or job.revision != revision or job.reason_code != lifecycle.CANCELLING:
+            continue
+        message = f"{job.reason_message}; {why}" if job.reason_message else why
+        rows.append((job_id, revision, JobState.CANCELLED, now, message))
+        events.append((job_id, JobEventKind.CANCELLED, now, "", None, message))
+    fixed = [("revision", "revision + 1", ())] + [
+        (column, "NULL", ()) if value is None else (column, "%s", (value,))
+        for column, value in lifecycle.FINAL_VALUES.items()
+    ]
+    return _write_ends({JobState.RELEASING: rows}, _FINAL_COLUMNS, fixed, events)
+
+
+def _locked_as_seen(seen: set[tuple[int, str, int]]) -> dict[int, Job]:
+    """The jobs still in the state and at the revision their caller saw, locked in id order (as
+    every writer that locks several jobs does: two never wait on each other)."""
+    ids = sorted({job_id for job_id, _state, _revision in seen})
+    locked: dict[int, Job] = {}
+    for start in range(0, len(ids), _BATCH):
+        chunk = ids[start : start + _BATCH]
+        locked.update((job.pk, job) for job in Job.objects.select_for_update().filter(pk__in=chunk).order_by("pk"))
+    return {
+        job_id: locked[job_id]
+        for job_id, state, revision in seen
+        if job_id in locked and (locked[job_id].state, locked[job_id].revision) == (state, revision)
+    }
+
+
+def _write_ends(
+    rows_by_state: dict[str, list[tuple[Any, ...]]],
+    columns: Sequence[str],
+    fixed: Sequence[tuple[str, str, tuple[Any, ...]]],
+    events: Sequence[tuple[int, str, datetime, str, int | None, str]],
+) -> list[int]:
+    """The rows (locked and checked by the caller), their placements deleted and their events: the ids."""
+    ids = sorted(row[0] for rows in rows_by_state.values() for row in rows)
+    if not ids:
+        return []
+    written = sum(
+        bulk.update_as_seen(Job, state=state, columns=columns, rows=rows, fixed=fixed)
+        for state, rows in rows_by_state.items()
+    )
+    if written != len(ids):
+        raise RuntimeError(f"wrote {written} of {len(ids)} locked jobs; rolled back")
+    for start in range(0, len(ids), _BATCH):
+        ReplicaPlacementRecord.objects.filter(job_id__in=ids[start : start + _BATCH]).delete()
+    bulk.insert(JobEvent, _EVENT_COLUMNS, events)
+    return ids
 
 
 def is_final(job: Job) -> bool:

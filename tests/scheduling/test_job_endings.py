@@ -13,7 +13,7 @@ from django.forms.models import model_to_dict
 
 from quotas import audit
 from quotas.models import AuditRecord
-from scheduling import events, lifecycle, services
+from scheduling import events, job_endings, lifecycle, services
 from scheduling.clock import SimulatedClock, use_clock
 from scheduling.models import (
     ACTIVE_STATES,
@@ -148,3 +148,123 @@ def test_many_ends_at_once_take_a_few_statements_and_write_what_one_by_one_wrote
         callback()
     assert published == [[events.job_event(job) for job in ended]]
     assert {event["state"] for event in published[0]} == {JobState.SUCCEEDED, JobState.FAILED}
+
+
+def _released_one_by_one(releases: Sequence[job_endings.Release]) -> list[int]:
+    """How releasing jobs let go of their GPUs before release_jobs: `lifecycle.release_job` each."""
+    released = []
+    with transaction.atomic():
+        for release in releases:
+            if lifecycle.release_job(
+                job_id=release.job_id,
+                seen_state=release.seen_state,
+                seen_revision=release.seen_revision,
+                requeue=release.requeue,
+                now=START,
+                message=release.message,
+            ):
+                released.append(release.job_id)
+    return sorted(set(released))
+
+
+def _cancelled_one_by_one(cancels: Sequence[tuple[int, int]], why: str) -> list[int]:
+    """How cancelled jobs on real hosts ended before finish_cancels: `lifecycle.finish_cancel` each."""
+    with transaction.atomic():
+        done = [
+            job_id
+            for job_id, revision in cancels
+            if lifecycle.finish_cancel(job_id=job_id, seen_revision=revision, now=START, why=why)
+        ]
+    return sorted(set(done))
+
+
+def _releasing_world() -> tuple[list[Job], list[Job], Job]:
+    """Running jobs, some evicted (releasing, grace running), some cancelled on agent nodes
+    (releasing, `cancelling`, the reason message kept), and a pending one."""
+    cluster = build_cluster(node_gpus=(8, 8, 8))
+    jobs = [cluster.submit(f"run-{number}", "team-a" if number % 2 else "team-b", gpus=2) for number in range(10)]
+    waiting = cluster.submit("waiting", gpus=8, replicas=4)
+    services.converge()
+    running = list(Job.objects.filter(pk__in=[job.pk for job in jobs], state=JobState.RUNNING).order_by("pk"))
+    evicted, cancelling = running[:5], running[5:]
+    for job in evicted:
+        Job.objects.filter(pk=job.pk).update(
+            state=JobState.RELEASING, revision=F("revision") + 1, release_at=START + timedelta(seconds=30)
+        )
+    for number, job in enumerate(cancelling):
+        Job.objects.filter(pk=job.pk).update(
+            state=JobState.RELEASING,
+            revision=F("revision") + 1,
+            reason_code=lifecycle.CANCELLING,
+            reason_message="cancelled by dana" if number % 2 else "",
+        )
+    return (
+        list(Job.objects.filter(pk__in=[j.pk for j in evicted]).order_by("pk")),
+        list(Job.objects.filter(pk__in=[j.pk for j in cancelling]).order_by("pk")),
+        Job.objects.get(pk=waiting.pk),
+    )
+
+
+def test_many_releases_at_once_take_a_few_statements_and_write_what_one_by_one_wrote(
+    django_assert_max_num_queries: Any,
+) -> None:
+    with use_clock(SimulatedClock(START)):
+        evicted, cancelling, _waiting = _releasing_world()
+        releases = [
+            *(
+                job_endings.Release(job.pk, job.state, job.revision, number % 2 == 0, f"replica gone ({number})")
+                for number, job in enumerate(evicted)
+            ),
+            job_endings.Release(cancelling[0].pk, JobState.RUNNING, cancelling[0].revision, True, "stale state"),
+            job_endings.Release(evicted[1].pk, evicted[1].state, evicted[1].revision - 1, True, "stale revision"),
+            job_endings.Release(evicted[0].pk, evicted[0].state, evicted[0].revision, True, "reported twice"),
+        ]
+        event_after = JobEvent.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+        audit_after = AuditRecord.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+        answers: dict[str, list[int]] = {}
+
+        def one_by_one() -> list[Job]:
+            answers["one"] = _released_one_by_one(releases)
+            return []
+
+        def at_once() -> list[Job]:
+            # Whatever their number: the locked read, an update per state seen, the placements'
+            # delete, the events' insert, and the savepoint.
+            with django_assert_max_num_queries(7), transaction.atomic():
+                answers["bulk"] = job_endings.release_jobs(releases, START)
+            return []
+
+        before = _written(one_by_one, event_after, audit_after)
+        after = _written(at_once, event_after, audit_after)
+
+    assert answers["bulk"] == answers["one"] == [job.pk for job in evicted]
+    assert after == before
+
+
+def test_many_cancels_finished_at_once_write_what_one_by_one_wrote(django_assert_max_num_queries: Any) -> None:
+    with use_clock(SimulatedClock(START)):
+        evicted, cancelling, _waiting = _releasing_world()
+        why = "its processes stopped; devices freed"
+        cancels = [
+            *((job.pk, job.revision) for job in cancelling),
+            (evicted[0].pk, evicted[0].revision),  # releasing for an eviction, not a cancel: left alone
+            (cancelling[1].pk, cancelling[1].revision - 1),  # seen at an older revision: left alone
+        ]
+        event_after = JobEvent.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+        answers: dict[str, list[int]] = {}
+
+        def one_by_one() -> list[Job]:
+            answers["one"] = _cancelled_one_by_one(cancels, why)
+            return []
+
+        def at_once() -> list[Job]:
+            with django_assert_max_num_queries(6), transaction.atomic():
+                answers["bulk"] = job_endings.finish_cancels(cancels, START, why)
+            return []
+
+        before = _written(one_by_one, event_after, 0)
+        after = _written(at_once, event_after, 0)
+
+    assert answers["bulk"] == answers["one"] == [job.pk for job in cancelling]
+    assert after == before
+    assert "cancelled by dana; its processes stopped" in str(after["events"])
