@@ -1,7 +1,8 @@
 """The `slurm` executor: what the console decided, carried out by a Slurm cluster (docs/slurm.md).
 
-Each sync (at the first tick, then at most every SLURM_SYNC_SECONDS) reads the cluster with two
-bounded commands (`sinfo --json`, `squeue --json`), then:
+Each sync (at the first tick, then at most every SLURM_SYNC_SECONDS) reads the cluster's jobs
+with a bounded `squeue` (and its nodes with `sinfo --json` only every SLURM_INVENTORY_SECONDS or
+when squeue says a node changed: _inventory_due), then:
 
 1. keeps Slurm's nodes as console nodes (slurm.inventory);
 2. submits each replica placed on a Slurm node that has no Slurm job yet (`sbatch`, pinned with
@@ -32,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -45,7 +47,7 @@ from scheduling import lifecycle, triggers
 from scheduling.agent_beat import replica_environment, replica_ranks
 from scheduling.agent_services import FAILURE_LOG_LINES, _append_logs
 from scheduling.models import Job, JobEvent, JobEventKind, JobLog, JobState, ReplicaPlacementRecord
-from scheduling.services import Ending, finish_job, finish_jobs
+from scheduling.services import Ending, Release, finish_cancels, finish_job, finish_jobs, release_jobs
 from slurm import inventory, naming
 from slurm.client import SlurmClient, SlurmJob, SlurmUnavailable, devices_path, read_devices_file
 from slurm.models import SlurmJob as SlurmJobRow
@@ -59,12 +61,15 @@ _OUTPUT_BYTES_PER_SYNC = 256 * 1024
 # Slurm's job states that mean its node failed rather than its process.
 _NODE_FAILURES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 # How many sbatch commands run at once when a cycle admitted many replicas (_sbatch_all), and how
-# many replicas are claimed (their rows written) in one statement before theirs run.
+# many replicas are claimed (their rows written) in one statement before theirs run. 16 threads
+# were slower than 8 in the drain benchmark on the 2-core VM (sbatch is a process each).
 _SUBMIT_THREADS = 8
 _SUBMIT_CHUNK = 64
 
 _sync_lock = threading.Lock()
 _last_sync = {"at": -math.inf}
+# When this process last read Slurm's nodes (sinfo), and their names then (_inventory_due).
+_inventory: dict[str, Any] = {"at": -math.inf, "names": frozenset()}
 # The worker runs several processes, each ticking: their syncs took turns ending the same jobs
 # (each read the same ended rows and waited on the other's row locks in finish_jobs), which was
 # most of a drain's database time. A sync holds this lease in Redis (SET NX PX, released with a
@@ -84,8 +89,10 @@ def client() -> SlurmClient:
 
 
 def forget_last_sync() -> None:
-    """The next tick syncs at once (tests, and a console that changed SLURM_CONF)."""
+    """The next tick syncs at once, reading the inventory too (tests, and a console that changed
+    SLURM_CONF)."""
     _last_sync["at"] = -math.inf
+    _inventory["at"] = -math.inf
 
 
 class SlurmExecutor:
@@ -147,20 +154,24 @@ def _sync_lease() -> Iterator[bool]:
 def sync(slurm: SlurmClient, now: datetime) -> int:
     """One round: read the cluster, keep the inventory, submit, follow and stop. Returns how many
     nodes and jobs changed."""
-    try:
-        nodes = slurm.nodes()
-    except SlurmUnavailable as error:
-        return inventory.mark_unreachable(str(error), now)
-    changed = inventory.sync_nodes(nodes, now)
+    changed = 0
+    if _inventory_due():
+        try:
+            changed += _read_inventory(slurm, now)
+        except SlurmUnavailable as error:
+            return inventory.mark_unreachable(str(error), now)
     read_from = _now()
     try:
         jobs = slurm.jobs()
+        if _inventory_stale(jobs):
+            changed += _read_inventory(slurm, now)
         # Only this console's jobs are followed, adopted or stopped; another console's (the same
         # numbers, another identity) are left alone, said once.
         named = naming.sort_out(jobs, installation_identity())
         own = {job.slurm_id for job in named.own}
         outside = _with_held(slurm, [job for job in jobs if job.slurm_id not in own])
     except SlurmUnavailable as error:
+        _inventory["at"] = -math.inf  # read again once Slurm answers: its nodes may have come back
         return changed + inventory.mark_unreachable(str(error), now)
     naming.report_foreign(named.foreign)
     changed += inventory.mark_held_outside(outside)
@@ -169,6 +180,32 @@ def sync(slurm: SlurmClient, now: datetime) -> int:
     changed += submit_placed(slurm, held=inventory.held_outside(outside))
     changed += follow(slurm, named.own, now, read_from=read_from)
     return changed
+
+
+def _inventory_due() -> bool:
+    """`sinfo --json` and the nodes' writes are for the inventory, which changes seldom: read at
+    most every SLURM_INVENTORY_SECONDS (and within a third of NODE_LOST_SECONDS, since the read
+    is what tells the console that Slurm still answers), not at every sync. Each sync of a drain
+    read and wrote every node for nothing."""
+    every = min(float(settings.SLURM_INVENTORY_SECONDS), float(settings.NODE_LOST_SECONDS) / 3)
+    return time.monotonic() - _inventory["at"] >= every
+
+
+def _inventory_stale(jobs: Sequence[SlurmJob]) -> bool:
+    """squeue tells of a node the last inventory did not list, or of a job whose node failed:
+    read the inventory now rather than at its next turn."""
+    return any(
+        job.state in _NODE_FAILURES
+        or (job.live and job.nodes and job.nodes not in _inventory["names"] and not set(job.nodes) & set("[,"))
+        for job in jobs
+    )
+
+
+def _read_inventory(slurm: SlurmClient, now: datetime) -> int:
+    nodes = slurm.nodes()
+    _inventory["at"] = time.monotonic()
+    _inventory["names"] = frozenset(node.name for node in nodes)
+    return inventory.sync_nodes(nodes, now)
 
 
 # --- submitting -------------------------------------------------------------------------------
@@ -721,10 +758,11 @@ def _settle(reasons: Mapping[int, str], now: datetime) -> int:
     changed = 0
     endings: list[Ending] = []
     unsubmitted = _with_replicas_unsubmitted([job_id for job_id in outcomes if job_id not in still_open])
+    gone: list[Job] = []
     for job in Job.objects.filter(pk__in=touched).select_related("quota"):
         if job.state == JobState.RELEASING:
             if job.pk not in still_open:
-                changed += _release(job, now)
+                gone.append(job)
         elif job.state == JobState.RUNNING and outcomes.get(job.pk):
             all_done = job.pk not in still_open and job.pk not in unsubmitted
             ending = _end_running(job, outcomes[job.pk], all_done=all_done, now=now)
@@ -732,6 +770,7 @@ def _settle(reasons: Mapping[int, str], now: datetime) -> int:
                 endings.append(ending)
             else:
                 changed += ending
+    changed += _release_all(gone, now)
     endings = _with_log_tails(endings)
     # Every job that ended in this read, in one write (finish_jobs): one at a time, a drain of
     # thousands of short jobs spent most of its time here (docs/slurm.md, the drain benchmark).
@@ -742,28 +781,32 @@ def _settle(reasons: Mapping[int, str], now: datetime) -> int:
     return changed + len(finished)
 
 
-def _release(job: Job, now: datetime) -> int:
+def _release_all(jobs: Sequence[Job], now: datetime) -> int:
+    """Releasing jobs none of whose Slurm jobs is left let go of their GPUs, all in one transaction
+    (job_endings' bulk writes): a cancelled one is cancelled, an evicted one goes back to the
+    queue (or fails, not requeued). One cycle request each kind."""
+    cancels = [(job.pk, job.revision) for job in jobs if job.reason_code == lifecycle.CANCELLING]
+    releases = [
+        Release(
+            job.pk,
+            JobState.RELEASING,
+            job.revision,
+            job.requeue,
+            "its Slurm jobs ended after the eviction; devices freed",
+        )
+        for job in jobs
+        if job.reason_code != lifecycle.CANCELLING
+    ]
+    if not jobs:
+        return 0
     with transaction.atomic():
-        if job.reason_code == lifecycle.CANCELLING:
-            done = lifecycle.finish_cancel(
-                job_id=job.pk, seen_revision=job.revision, now=now, why="its Slurm jobs ended; devices freed"
-            )
-            reason = "cancel"
-        else:
-            done = bool(
-                lifecycle.release_job(
-                    job_id=job.pk,
-                    seen_state=JobState.RELEASING,
-                    seen_revision=job.revision,
-                    requeue=job.requeue,
-                    now=now,
-                    message="its Slurm jobs ended after the eviction; devices freed",
-                )
-            )
-            reason = "released"
-        if done:
-            triggers.request_cycle_on_commit(reason)
-    return int(done)
+        cancelled = finish_cancels(cancels, now, "its Slurm jobs ended; devices freed") if cancels else []
+        released = release_jobs(releases, now) if releases else []
+        if cancelled:
+            triggers.request_cycle_on_commit("cancel")
+        if released:
+            triggers.request_cycle_on_commit("released")
+    return len(cancelled) + len(released)
 
 
 def _end_running(job: Job, outcomes: Sequence[_Outcome], *, all_done: bool, now: datetime) -> int | Ending:
