@@ -162,7 +162,12 @@ def slurm_cluster(nodes: int, root: Path) -> Iterator[SlurmCluster]:
     started = time.monotonic()
     try:
         cluster.start()
-        say(f"Slurm up: {nodes} slurmd in {time.monotonic() - started:.0f} s")
+        daemons = [cluster.controller, *cluster.daemons.values()]
+        rss = sum(_rss(process.pid) for process in daemons if process is not None)
+        say(
+            f"Slurm up: {nodes} slurmd in {time.monotonic() - started:.0f} s, "
+            f"{rss / 2**30:.2f} GiB resident with slurmctld"
+        )
         yield cluster
     finally:
         cluster.close()
@@ -605,6 +610,8 @@ def main() -> int:
         f"load {os.getloadavg()[0]:.2f}"
     )
     figures: list[Figure] = []
+    if len(args.parts) > 1:
+        say(estimate(args))
     try:
         if len(args.parts) == 1:
             become_subreaper()
@@ -625,6 +632,27 @@ def main() -> int:
         if figures:
             report(figures, watch)
     return 0
+
+
+# What one part took per node and per job on the shared 2-core VM (docs/benchmarks-runtime.md,
+# issue 25): starting a slurmd or an agent and the console, sbatch'ing or submitting the queue,
+# and draining at about 30 jobs/s; resident memory per slurmd and per agent.
+_START_S_PER_NODE = 0.4
+_SUBMIT_S_PER_JOB = 0.02
+_DRAIN_JOBS_PER_S = 30.0
+_RSS_PER_NODE = {"a": 12 * 2**20, "b": 12 * 2**20, "c": 32 * 2**20}
+
+
+def estimate(args: argparse.Namespace) -> str:
+    """How long the run should take and its largest resident memory, said before it starts: at
+    the issue's size (256 nodes, 10,000 jobs) a run is long and holds hundreds of processes."""
+    per_part = 60 + args.nodes * _START_S_PER_NODE + args.jobs * (_SUBMIT_S_PER_JOB + 1 / _DRAIN_JOBS_PER_S)
+    memory = max(_RSS_PER_NODE[part] for part in args.parts) * args.nodes + 1.5 * 2**30  # + the console
+    return (
+        f"estimate: about {len(args.parts) * per_part / 60:.0f} min in all (limit {args.limit:.0f} s a drain), "
+        f"at most {memory / 2**30:.1f} GiB resident at once; the watchdog stops the run under "
+        f"{args.memory_floor_gib:g} GiB available"
+    )
 
 
 def run_part(part: str) -> Figure:
