@@ -303,9 +303,6 @@ NODE_LOST_GRACE_SECONDS: float = env.float("NODE_LOST_GRACE_SECONDS", default=30
 SLURM_CONF: str = env.str("SLURM_CONF", default="")
 SLURM_COMMAND_SECONDS: float = env.float("SLURM_COMMAND_SECONDS", default=10.0)
 SLURM_SYNC_SECONDS: float = env.float("SLURM_SYNC_SECONDS", default=2.0)
-# Slurm's nodes (sinfo) are read at most this often (and sooner when squeue names a node it does
-# not list or a node failure); the jobs (squeue) at every sync.
-SLURM_INVENTORY_SECONDS: float = env.float("SLURM_INVENTORY_SECONDS", default=10.0)
 SLURM_OUTPUT_DIR: str = env.str("SLURM_OUTPUT_DIR", default=str(BASE_DIR / "var" / "slurm"))
 # A replica an agent was asked to start and has not reported running (or exited) this many
 # heartbeats later goes back to the queue, and its node shows a warning (a start lost on the way,

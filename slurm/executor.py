@@ -1,8 +1,7 @@
 """The `slurm` executor: what the console decided, carried out by a Slurm cluster (docs/slurm.md).
 
-Each sync (at the first tick, then at most every SLURM_SYNC_SECONDS) reads the cluster's jobs
-with a bounded `squeue` (and its nodes with `sinfo --json` only every SLURM_INVENTORY_SECONDS or
-when squeue says a node changed: _inventory_due), then:
+Each sync (at the first tick, then at most every SLURM_SYNC_SECONDS) reads the cluster with two
+bounded commands (`sinfo --json`, `squeue --json`), then:
 
 1. keeps Slurm's nodes as console nodes (slurm.inventory);
 2. submits each replica placed on a Slurm node that has no Slurm job yet (`sbatch`, pinned with
@@ -33,7 +32,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -68,8 +66,6 @@ _SUBMIT_CHUNK = 64
 
 _sync_lock = threading.Lock()
 _last_sync = {"at": -math.inf}
-# When this process last read Slurm's nodes (sinfo), and their names then (_inventory_due).
-_inventory: dict[str, Any] = {"at": -math.inf, "names": frozenset()}
 # The worker runs several processes, each ticking: their syncs took turns ending the same jobs
 # (each read the same ended rows and waited on the other's row locks in finish_jobs), which was
 # most of a drain's database time. A sync holds this lease in Redis (SET NX PX, released with a
@@ -89,10 +85,8 @@ def client() -> SlurmClient:
 
 
 def forget_last_sync() -> None:
-    """The next tick syncs at once, reading the inventory too (tests, and a console that changed
-    SLURM_CONF)."""
+    """The next tick syncs at once (tests, and a console that changed SLURM_CONF)."""
     _last_sync["at"] = -math.inf
-    _inventory["at"] = -math.inf
 
 
 class SlurmExecutor:
@@ -154,58 +148,31 @@ def _sync_lease() -> Iterator[bool]:
 def sync(slurm: SlurmClient, now: datetime) -> int:
     """One round: read the cluster, keep the inventory, submit, follow and stop. Returns how many
     nodes and jobs changed."""
-    changed = 0
-    if _inventory_due():
-        try:
-            changed += _read_inventory(slurm, now)
-        except SlurmUnavailable as error:
-            return inventory.mark_unreachable(str(error), now)
+    try:
+        nodes = slurm.nodes()
+    except SlurmUnavailable as error:
+        return inventory.mark_unreachable(str(error), now)
+    changed = inventory.sync_nodes(nodes, now)
     read_from = _now()
     try:
         jobs = slurm.jobs()
-        if _inventory_stale(jobs):
-            changed += _read_inventory(slurm, now)
         # Only this console's jobs are followed, adopted or stopped; another console's (the same
         # numbers, another identity) are left alone, said once.
         named = naming.sort_out(jobs, installation_identity())
         own = {job.slurm_id for job in named.own}
         outside = _with_held(slurm, [job for job in jobs if job.slurm_id not in own])
     except SlurmUnavailable as error:
-        _inventory["at"] = -math.inf  # read again once Slurm answers: its nodes may have come back
         return changed + inventory.mark_unreachable(str(error), now)
     naming.report_foreign(named.foreign)
     changed += inventory.mark_held_outside(outside)
-    # Submitted after squeue was read, against that read's GPUs held outside; follow leaves the
-    # jobs submitted now for the next sync (their rows are newer than read_from).
-    changed += submit_placed(slurm, held=inventory.held_outside(outside))
+    # The ends first: each ended job's GPUs are freed and a cycle asked for (finish_jobs) before
+    # this sync spends its time in sbatch. Submitting first, a drain of 512 slots saw its ends
+    # seconds late (the sync was busy submitting what the last cycle placed).
     changed += follow(slurm, named.own, now, read_from=read_from)
+    # Submitted after squeue was read, against that read's GPUs held outside; the next sync
+    # follows them (their rows are newer than read_from).
+    changed += submit_placed(slurm, held=inventory.held_outside(outside))
     return changed
-
-
-def _inventory_due() -> bool:
-    """`sinfo --json` and the nodes' writes are for the inventory, which changes seldom: read at
-    most every SLURM_INVENTORY_SECONDS (and within a third of NODE_LOST_SECONDS, since the read
-    is what tells the console that Slurm still answers), not at every sync. Each sync of a drain
-    read and wrote every node for nothing."""
-    every = min(float(settings.SLURM_INVENTORY_SECONDS), float(settings.NODE_LOST_SECONDS) / 3)
-    return time.monotonic() - _inventory["at"] >= every
-
-
-def _inventory_stale(jobs: Sequence[SlurmJob]) -> bool:
-    """squeue tells of a node the last inventory did not list, or of a job whose node failed:
-    read the inventory now rather than at its next turn."""
-    return any(
-        job.state in _NODE_FAILURES
-        or (job.live and job.nodes and job.nodes not in _inventory["names"] and not set(job.nodes) & set("[,"))
-        for job in jobs
-    )
-
-
-def _read_inventory(slurm: SlurmClient, now: datetime) -> int:
-    nodes = slurm.nodes()
-    _inventory["at"] = time.monotonic()
-    _inventory["names"] = frozenset(node.name for node in nodes)
-    return inventory.sync_nodes(nodes, now)
 
 
 # --- submitting -------------------------------------------------------------------------------

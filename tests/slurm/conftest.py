@@ -82,7 +82,6 @@ def slurm(slurm_cluster: SlurmCluster, settings: Any, tmp_path: Path) -> Iterato
     settings.SLURM_CONF = str(slurm_cluster.conf)
     settings.SLURM_OUTPUT_DIR = str(tmp_path / "output")
     settings.SLURM_SYNC_SECONDS = 0.0
-    settings.SLURM_INVENTORY_SECONDS = 0.0  # every sync reads the nodes: a test drains one and looks at once
     settings.SLURM_COMMAND_SECONDS = COMMAND_SECONDS
     executor.forget_last_sync()
     inventory.forget_warnings()

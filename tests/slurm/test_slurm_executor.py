@@ -371,31 +371,3 @@ def test_an_output_directory_that_cannot_be_made_holds_the_submission_back_with_
     assert any("SLURM_OUTPUT_DIR" in record.getMessage() and record.exc_info is None for record in caplog.records)
     settings.SLURM_OUTPUT_DIR = str(tmp_path / "output")
     settle(lambda: logs(client_for(member), job) == ["finally"], what="submitted once the directory can be made")
-
-
-def _rpc_count(slurm: SlurmCluster, kind: str) -> int:
-    """How many RPCs of `kind` slurmctld answered since `sdiag -r` (sdiag leaves out kinds not asked)."""
-    for line in slurm.command("sdiag").splitlines():
-        if line.strip().startswith(f"{kind} ") and "count:" in line:
-            return int(line.split("count:")[1].split()[0])
-    return 0
-
-
-def test_the_jobs_are_read_at_every_sync_and_the_nodes_only_every_slurm_inventory_seconds(
-    slurm: SlurmCluster, lab: Cluster, settings: Any
-) -> None:
-    # The lab's first sync read the nodes; for the next hour only squeue is due.
-    settings.SLURM_INVENTORY_SECONDS = 3600.0
-    slurm.command("sdiag", "-r")
-    slurm.command("scontrol", "update", "nodename=n1", "state=drain", "reason=fan broken")
-    try:
-        for _ in range(3):
-            console_turn()
-        assert _rpc_count(slurm, "REQUEST_NODE_INFO") == 0
-        assert _rpc_count(slurm, "REQUEST_JOB_INFO") >= 3
-        assert Node.objects.get(name="n1").state == NodeState.READY  # not read yet
-        settings.SLURM_INVENTORY_SECONDS = 0.0
-        node = settle(lambda: Node.objects.filter(name="n1", state=NodeState.DRAINING).first(), what="draining")
-        assert node.labels[inventory.REASON] == "fan broken"
-    finally:
-        slurm.command("scontrol", "update", "nodename=n1", "state=resume")
