@@ -32,7 +32,9 @@ def test_the_api_refuses_a_slurm_node_by_hand_naming_the_field(admin_client_api:
     assert not Node.objects.filter(name="gpu-2").exists()
 
 
-def test_the_sync_itself_may_and_an_admin_may_still_edit_a_slurm_node(platform_admin: AbstractUser, node: Node) -> None:
+def test_the_sync_itself_may_and_an_admin_may_still_edit_a_slurm_node(
+    platform_admin: AbstractUser, node: Node
+) -> None:
     (slurm_node,) = create_nodes(actor=None, nodes=[NewNode(name="n1", gpus=2, executor=NodeExecutor.SLURM)])
     edited = update_node(actor=platform_admin, node=slurm_node, labels={"rack": "a"})
     assert (edited.executor, edited.labels) == (NodeExecutor.SLURM, {"rack": "a"})
