@@ -30,7 +30,6 @@ from __future__ import annotations
 import _thread
 import argparse
 import contextlib
-import ctypes
 import os
 import shutil
 import signal
@@ -101,15 +100,18 @@ class MemoryWatch:
                 return
 
 
-# prctl(2): orphans of this process's descendants become its children rather than init's, so
-# the sweep at the end finds a replica an agent left behind (its own session, a wrapper that
-# ignores SIGTERM) or a slurmstepd that outlived its slurmd.
-PR_SET_CHILD_SUBREAPER = 36
+# Every process a part starts inherits this variable (the console, the agents and their
+# replicas, slurmctld, the slurmds and their jobs' slurmstepd): the sweep at the end finds by it
+# what outlived its parent (a replica in its own session whose wrapper ignores SIGTERM, left
+# by a stopped agent), without this process becoming their subreaper (it would have to reap
+# every slurmstepd: thousands of zombies in a drain, and a slurmd lost with them once).
+RUN_MARK = "GQC_SLURM_DRAIN_RUN"
 
 
-def become_subreaper() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+def mark_run() -> str:
+    token = f"{os.getpid()}-{time.time_ns()}"
+    os.environ[RUN_MARK] = token
+    return token
 
 
 def kill_groups(pids: list[int]) -> None:
@@ -119,21 +121,25 @@ def kill_groups(pids: list[int]) -> None:
             os.killpg(pid, signal.SIGKILL)
 
 
-def sweep_descendants() -> list[str]:
-    """SIGKILL every process still under this one (and its group, unless it is ours) and reap it:
-    nothing a part started outlives it, on success, error or interrupt. What was left (names)."""
+def sweep_run(token: str) -> list[str]:
+    """SIGKILL every process still marked with this run's token (and its group, unless it is ours)
+    and wait for it: nothing a part started outlives it, on success, error or interrupt. What
+    was left (names)."""
     own_group = os.getpgrp()
-    left = psutil.Process().children(recursive=True)
+    left: list[psutil.Process] = []
     names = []
-    for process in left:
-        with contextlib.suppress(psutil.Error):
-            names.append(" ".join(process.cmdline())[:60])
-    for process in left:
+    for process in psutil.process_iter():
+        if process.pid == os.getpid():
+            continue
         with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
+            if process.environ().get(RUN_MARK) != token:
+                continue
+            names.append(" ".join(process.cmdline())[:60])
             group = os.getpgid(process.pid)
             if group != own_group:
                 os.killpg(group, signal.SIGKILL)
             process.kill()
+            left.append(process)
     psutil.wait_procs(left, timeout=10)
     return names
 
@@ -563,7 +569,7 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
                 raise
         finally:
             # SIGKILL, not SIGTERM: a stopping agent leaves its replicas (each in its own session,
-            # the filler's wrapper ignoring SIGTERM) running; sweep_descendants ends those.
+            # the filler's wrapper ignoring SIGTERM) running; sweep_run ends those.
             kill_groups([process.pid for process in processes])
             for process in processes:
                 with contextlib.suppress(subprocess.TimeoutExpired):
@@ -614,11 +620,11 @@ def main() -> int:
         say(estimate(args))
     try:
         if len(args.parts) == 1:
-            become_subreaper()
+            token = mark_run()
             try:
                 figure = {"a": part_a, "b": part_b, "c": part_c}[args.parts[0]](args, scratch)
             finally:
-                if swept := sweep_descendants():
+                if swept := sweep_run(token):
                     say(f"({args.parts[0]}) {len(swept)} processes left at the end, killed: {'; '.join(swept[:5])}")
             say(f"{figure.line()}; load {os.getloadavg()[0]:.2f}")
             print(f"FIGURE {figure.part} {figure.jobs} {figure.ended} {figure.seconds} {figure.failed}", flush=True)
