@@ -165,13 +165,10 @@ def sync(slurm: SlurmClient, now: datetime) -> int:
         return changed + inventory.mark_unreachable(str(error), now)
     naming.report_foreign(named.foreign)
     changed += inventory.mark_held_outside(outside)
-    # The ends first: each ended job's GPUs are freed and a cycle asked for (finish_jobs) before
-    # this sync spends its time in sbatch. Submitting first, a drain of 512 slots saw its ends
-    # seconds late (the sync was busy submitting what the last cycle placed).
-    changed += follow(slurm, named.own, now, read_from=read_from)
-    # Submitted after squeue was read, against that read's GPUs held outside; the next sync
-    # follows them (their rows are newer than read_from).
+    # Submitted after squeue was read, against that read's GPUs held outside; follow leaves the
+    # jobs submitted now for the next sync (their rows are newer than read_from).
     changed += submit_placed(slurm, held=inventory.held_outside(outside))
+    changed += follow(slurm, named.own, now, read_from=read_from)
     return changed
 
 
