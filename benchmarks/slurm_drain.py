@@ -22,7 +22,11 @@ divided by that. Every job is a real process on both sides:
 The Slurm cluster is slurm.testing's (the one tests/slurm start): slurmctld and one `slurmd -N`
 per node on this machine, auth/none, fake GPU GRES. Every process this starts runs under an
 address-space cap (prlimit --as), and a watchdog ends the run with the figures so far if the
-machine's available memory falls under --memory-floor-gib.
+machine's available memory falls under --memory-floor-gib. Nothing a part starts outlives it:
+the agents run in their own sessions and are SIGKILLed by group, and whatever still carries the
+part's environment mark at its end (a replica, a slurmstepd) is SIGKILLed with its group
+(sweep_run), on success, error or Ctrl-C alike. Before it starts, the run prints how long it
+should take and its largest resident memory (estimate).
 """
 
 from __future__ import annotations
