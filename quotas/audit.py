@@ -8,6 +8,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from quotas.models import AuditRecord
+from utilities import inserts
 
 
 def build(
@@ -59,4 +60,4 @@ def record(
 
 def record_all(entries: Sequence[AuditRecord]) -> list[AuditRecord]:
     """Write records made by `build` in one insert: a bulk service's one record per object."""
-    return AuditRecord.objects.bulk_create(entries)
+    return inserts.create_all(entries)

@@ -20,7 +20,7 @@ from django.db.models import Q, QuerySet
 from django.db.models.expressions import RawSQL
 
 from quotas.models import Node
-from scheduling import engine
+from scheduling import engine, snapshot_moves
 from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, ReplicaPlacementRecord
 from scheduling.snapshot_rows import (
     ENGINE_JOB_COLUMNS,
@@ -28,6 +28,7 @@ from scheduling.snapshot_rows import (
     GRACE_SECONDS_AT,
     QUOTA_ID_AT,
     STATE_AT,
+    SUBMITTED_AT,
     Moment,
     NodesAndQuotas,
     engine_job,
@@ -103,7 +104,7 @@ class _Known(NamedTuple):
 
     mark: str | None  # its row version and its workspace's (PostgreSQL; see `_mark`)
     held_mark: tuple[str, ...] | None  # its placements' row versions, sorted, while it holds GPUs
-    columns: tuple[Any, ...]  # its ENGINE_JOB_COLUMNS
+    row: tuple[Any, ...]  # its row as read: ENGINE_JOB_COLUMNS, SEEN_JOB_COLUMNS, its mark
     quota: str
     replicas: tuple[tuple[str, Any, float], ...]
     seen: JobSeen
@@ -174,26 +175,19 @@ def build_snapshot(now: datetime, *, incremental: bool = False) -> tuple[engine.
     return snapshot, index
 
 
-def _database() -> tuple[Any, ...]:
-    settings_dict = connection.settings_dict
-    return (connection.vendor, settings_dict.get("HOST"), settings_dict.get("PORT"), settings_dict.get("NAME"))
-
-
 def _active_jobs(frame: NodesAndQuotas, *, incremental: bool) -> tuple[dict[int, _Known], int]:
     """The active jobs in the engine's order (submitted_at, id), and how many rows were read in full."""
     memory = _memory
-    database = _database()
+    database = snapshot_moves.database_key()
     read_with, node_names, quota_names, before = memory.read
     full_every = max(1, int(getattr(settings, "SCHEDULER_FULL_CYCLE_BEATS", 12)))
+    same = bool(before) and (read_with, node_names, quota_names) == (database, frame.node_names, frame.quota_names)
     if (
         incremental
         and connection.vendor == "postgresql"
-        and before
-        and read_with == database
+        and same
         and memory.committed_generation == frame.fence_generation
         and memory.reads_since_full < full_every
-        and node_names == frame.node_names
-        and quota_names == frame.quota_names
         and memory.rewritten * _MOSTLY <= len(before)
     ):
         changed = _read_changed(frame, before)
@@ -202,7 +196,13 @@ def _active_jobs(frame: NodesAndQuotas, *, incremental: bool) -> tuple[dict[int,
             memory.read = (database, frame.node_names, frame.quota_names, known)
             memory.reads_since_full += 1
             return known, read
+    if same and snapshot_moves.tracked(database) and len(moved := snapshot_moves.moved()) < len(before):
+        known = _read_moved(frame, before, moved)
+        snapshot_moves.read(database)  # the log emptied once its jobs are read
+        memory.read = (database, frame.node_names, frame.quota_names, known)
+        return known, len(moved)
     known = _read_all(frame, before)
+    snapshot_moves.read(database)
     memory.read = (database, frame.node_names, frame.quota_names, known)
     memory.reads_since_full = 0
     return known, len(known)
@@ -236,7 +236,9 @@ def reasons_written(written: list[tuple[int, str, str, str, str, int | None]]) -
             continue  # this process has read the row since, or another version of it
         workspace = entry.mark.split(" ", 1)[1]
         seen = entry.seen._replace(reason_code=code, reason_message=message, position=position, version=version)
-        kept[pk] = entry._replace(mark=f"{version} {workspace}", seen=seen)
+        mark = f"{version} {workspace}"
+        row = (*entry.row[: _SEEN_AT + 3], code, message, position, mark)  # the row as it is now
+        kept[pk] = entry._replace(mark=mark, row=row, seen=seen)
     _memory.read = (database, node_names, quota_names, kept)
 
 
@@ -248,12 +250,14 @@ def _tables() -> tuple[str, str, str]:
     return qn(Job._meta.db_table), qn(workspace._meta.db_table), qn(ReplicaPlacementRecord._meta.db_table)
 
 
-def _job_rows(ids: list[int] | None) -> list[tuple[Any, ...]]:
+def _job_rows(ids: list[int] | None, *, moved: bool = False) -> list[tuple[Any, ...]]:
     """Active jobs as `ENGINE_JOB_COLUMNS` + `SEEN_JOB_COLUMNS` (+ their mark on PostgreSQL), in the
-    engine's order: all of them, or those of `ids`."""
+    engine's order: all of them, those of `ids`, or the `moved` ones (snapshot_moves)."""
     jobs = Job.objects.filter(state__in=ACTIVE_STATES).order_by("submitted_at", "id")
     if ids is not None:  # their order is the versions' read (`_read_changed`)
         jobs = jobs.filter(pk__in=RawSQL("SELECT unnest(%s::bigint[])", (ids,))).order_by()
+    elif moved:  # their order is the caller's (`_read_moved`)
+        jobs = jobs.filter(pk__in=RawSQL(snapshot_moves.moved_subquery(), ())).order_by()
     jobs = jobs.annotate(submitted=Moment("submitted_at"), started=Moment("started_at"), evicted=Moment("evicted_at"))
     if connection.vendor == "postgresql":
         # The workspace's name is among the engine columns: its row version belongs to the mark.
@@ -263,11 +267,13 @@ def _job_rows(ids: list[int] | None) -> list[tuple[Any, ...]]:
     return [(*row, None) for row in raw_rows(jobs.values_list(*ENGINE_JOB_COLUMNS, *SEEN_JOB_COLUMNS))]
 
 
-def _placement_rows(ids: list[int] | None) -> list[tuple[Any, ...]]:
+def _placement_rows(ids: list[int] | None, *, moved: bool = False) -> list[tuple[Any, ...]]:
     """Held replicas as (job id, node id, devices as stored, fraction, mark), by job and id: of every
-    holding job, or of the jobs `ids` (whatever their state; the caller keeps the holding ones)."""
+    holding job, or of the jobs `ids` or `moved` (whatever their state; the caller keeps the holding ones)."""
     placements = ReplicaPlacementRecord.objects.all()
-    if ids is None:
+    if moved:
+        placements = placements.filter(job_id__in=RawSQL(snapshot_moves.moved_subquery(), ()))
+    elif ids is None:
         placements = placements.filter(job__state__in=HOLDING_STATES)
     else:
         placements = placements.filter(job_id__in=RawSQL("SELECT unnest(%s::bigint[])", (ids,)))
@@ -298,18 +304,15 @@ def _known(
     held_mark: tuple[str, ...] | None,
     previous: _Known | None,
 ) -> _Known:
-    """A job read in full (its mark last); its engine job kept from `previous` if built from the same."""
-    columns = row[:_SEEN_AT]
-    if (
-        previous is not None
-        and previous.columns == columns
-        and previous.quota == quota
-        and previous.replicas == replicas
-    ):
-        job = previous.job
-    else:
-        job = engine_job(str(row[0]), row, quota, replicas)
-    return _Known(row[-1], held_mark, columns, quota, replicas, job_seen(row, _job_part(row[-1])), job)
+    """A job read in full (its mark last); its engine job kept from `previous` if built from the same,
+    and `previous` itself if read the same (most pending jobs, cycle after cycle)."""
+    if previous is not None and previous.quota == quota and previous.replicas == replicas:
+        if previous.row == row and previous.held_mark == held_mark:
+            return previous
+        if previous.row[:_SEEN_AT] == row[:_SEEN_AT]:
+            return _Known(row[-1], held_mark, row, quota, replicas, job_seen(row, _job_part(row[-1])), previous.job)
+    job = engine_job(str(row[0]), row, quota, replicas)
+    return _Known(row[-1], held_mark, row, quota, replicas, job_seen(row, _job_part(row[-1])), job)
 
 
 def _read_all(frame: NodesAndQuotas, before: dict[int, _Known]) -> dict[int, _Known]:
@@ -332,6 +335,22 @@ def _read_all(frame: NodesAndQuotas, before: dict[int, _Known]) -> dict[int, _Kn
             before.get(pk),
         )
     return known
+
+
+def _read_moved(frame: NodesAndQuotas, before: dict[int, _Known], moved: list[int]) -> dict[int, _Known]:
+    """The active jobs where SQLite logs their moves (snapshot_moves): the `moved` ones read in full,
+    the others as in `before`; in the engine's order (submitted_at as SQLite stores it, naive UTC
+    ISO text, sorts here as in its ORDER BY; then id)."""
+    rows, moved_ids = _job_rows(None, moved=True), set(moved)
+    held = _held(_placement_rows(None, moved=True), frame.node_names)[0] if rows else {}
+    entries = [(entry.row[SUBMITTED_AT], pk, entry) for pk, entry in before.items() if pk not in moved_ids]
+    for row in rows:
+        pk = row[0]
+        replicas = tuple(held[pk]) if pk in held and row[STATE_AT] in HOLDING_STATES else ()
+        known = _known(row, frame.quota_names[row[QUOTA_ID_AT]], replicas, None, before.get(pk))
+        entries.append((row[SUBMITTED_AT], pk, known))
+    entries.sort(key=lambda entry: (entry[0], entry[1]))
+    return {pk: entry for _submitted, pk, entry in entries}
 
 
 # Past one job in this many moved, a full read: PostgreSQL reads rows by id at about twice the cost

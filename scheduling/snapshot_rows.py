@@ -82,8 +82,8 @@ ENGINE_JOB_COLUMNS = (
     "evicted",
     "duration",
 )
-QUOTA_ID_AT, GPUS_AT, STATE_AT, GRACE_SECONDS_AT = (
-    ENGINE_JOB_COLUMNS.index(column) for column in ("quota_id", "gpus", "state", "grace_seconds")
+QUOTA_ID_AT, GPUS_AT, STATE_AT, GRACE_SECONDS_AT, SUBMITTED_AT = (
+    ENGINE_JOB_COLUMNS.index(column) for column in ("quota_id", "gpus", "state", "grace_seconds", "submitted")
 )
 
 

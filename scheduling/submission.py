@@ -26,6 +26,7 @@ from scheduling.job_writes import Actor, _publish_on_commit
 from scheduling.mentions import mention_jobs, reasons_read_by, unnamed
 from scheduling.models import KIND_DEFAULTS, Job, JobEvent, JobEventKind, JobKind
 from scheduling.selectors import estimate_snapshot, job_key, user_gpus_in_use
+from utilities import inserts
 from workspaces.models import QuotaBinding, Workspace
 from workspaces.permissions import check_submission
 
@@ -261,7 +262,8 @@ def _submit(actor: Actor, submissions: Sequence[JobSubmission], *, name_jobs: bo
                 raise _naming_job(error, f"job {submission.name!r} ({number} of {len(submissions)})") from None
             admission.admitted(job)
             jobs.append(job)
-        Job.objects.bulk_create(jobs)
+        # As bulk_create, less its per-value preparation: a burst of 1,000 jobs spent 0.3 s in it.
+        inserts.create_all(jobs)
         # One plain statement for the events (bulk.insert): a burst of 1,000 jobs spent longer
         # in bulk_create's per-field preparation than in the database.
         bulk.insert(

@@ -12,6 +12,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.utils import ConnectionHandler
 from django.test.utils import override_settings
 
+from scheduling import snapshot_moves
 from scheduling.cycle import ensure_fence
 
 
@@ -46,8 +47,11 @@ def throwaway_database() -> Iterator[None]:
             with override_settings(MIGRATION_MODULES={app.label: None for app in apps.get_app_configs()}):
                 call_command("migrate", database=alias, run_syncdb=True, verbosity=0, interactive=False)
             ensure_fence()
+            # Every write is this process's: the snapshot reads only the jobs that moved.
+            snapshot_moves.track_moves()
             yield
     finally:
+        snapshot_moves.stop_tracking()
         connection.close()
         connections[alias] = previous_connection
         connections.settings[alias] = previous_settings

@@ -1,0 +1,110 @@
+"""Which jobs moved since the last snapshot, where the database logs it itself: `manage.py
+simulate`'s private SQLite database (issue 26).
+
+A running worker on PostgreSQL learns which job rows moved from their row versions (`_mark`,
+scheduling.snapshot). SQLite has no row versions, so every cycle read all 10,000 active jobs of
+simulate's S3 burst again, a sixth of its time. The private database is the simulation's alone,
+and there the snapshot can be told of every write: `track_moves` adds triggers that log the id of
+each job whose row, placements or workspace any statement inserts, changes or deletes, and the
+next snapshot reads in full only those jobs (`moved`), keeping the others as the last one built
+them. Nothing is trusted that the log may have missed: a snapshot read inside a transaction
+counts as the base of the next one only once that transaction commits (a rollback would restore
+log rows the read had taken), and any doubt (another database, names of nodes or quotas that
+changed, most jobs moved) means a full read, as before.
+"""
+
+from __future__ import annotations
+
+from django.db import connection, transaction
+
+from scheduling.models import Job, ReplicaPlacementRecord
+from workspaces.models import Workspace
+
+MOVED_TABLE = "scheduling_snapshot_moved_job"
+
+
+class _Tracking:
+    # The database (scheduling.snapshot's `_database` key) whose writes are logged, if any; and
+    # whether the last snapshot of it was read with the log emptied and has committed since.
+    database: tuple[object, ...] | None = None
+    base_read: bool = False
+
+
+_tracking = _Tracking()
+
+
+def database_key() -> tuple[object, ...]:
+    """The connected database, as a snapshot's memory is keyed by."""
+    settings_dict = connection.settings_dict
+    return (connection.vendor, settings_dict.get("HOST"), settings_dict.get("PORT"), settings_dict.get("NAME"))
+
+
+def _triggers() -> list[str]:
+    qn = connection.ops.quote_name
+    moved = qn(MOVED_TABLE)
+    job, placement, workspace = (qn(model._meta.db_table) for model in (Job, ReplicaPlacementRecord, Workspace))
+    log = f"INSERT OR IGNORE INTO {moved} (job_id)"
+    statements = [f"CREATE TABLE IF NOT EXISTS {moved} (job_id integer NOT NULL PRIMARY KEY)"]
+    for event, rows in (("INSERT", ("NEW",)), ("UPDATE", ("NEW", "OLD")), ("DELETE", ("OLD",))):
+        for table, column in ((job, "id"), (placement, "job_id")):
+            body = " ".join(f"{log} VALUES ({row}.{qn(column)});" for row in rows)
+            name = qn(f"{MOVED_TABLE}_{table.strip(chr(34))}_{event.lower()}")
+            statements.append(f"CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {table} BEGIN {body} END")
+    # A workspace's name is among a job's engine columns.
+    name = qn(f"{MOVED_TABLE}_workspace_update")
+    statements.append(
+        f"CREATE TRIGGER IF NOT EXISTS {name} AFTER UPDATE ON {workspace} BEGIN "
+        f"{log} SELECT {qn('id')} FROM {job} WHERE {qn('workspace_id')} IN (NEW.{qn('id')}, OLD.{qn('id')}); END"
+    )
+    return statements
+
+
+def track_moves() -> None:
+    """Log every job's moves on the connected SQLite database from now on, for its snapshots.
+    Only for a database that this process alone writes, through one connection (simulate's own)."""
+    assert connection.vendor == "sqlite", "PostgreSQL snapshots read row versions instead"
+    with connection.cursor() as cursor:
+        for statement in _triggers():
+            cursor.execute(statement)
+        cursor.execute(f"DELETE FROM {connection.ops.quote_name(MOVED_TABLE)}")
+    _tracking.database = database_key()
+    _tracking.base_read = False
+
+
+def stop_tracking() -> None:
+    """Snapshots read everything again (the private database is about to close)."""
+    _tracking.database = None
+    _tracking.base_read = False
+
+
+def tracked(database: tuple[object, ...]) -> bool:
+    """Whether `database`'s moves are logged and the last snapshot of it is a base to build on."""
+    return _tracking.database == database and _tracking.base_read
+
+
+def moved() -> list[int]:
+    """The ids of the jobs moved since the last snapshot (the log itself stays until `read`)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT job_id FROM {connection.ops.quote_name(MOVED_TABLE)}")
+        return [job_id for (job_id,) in cursor.fetchall()]
+
+
+def moved_subquery() -> str:
+    """SQL for the moved jobs' ids, to filter a read by."""
+    return f"SELECT job_id FROM {connection.ops.quote_name(MOVED_TABLE)}"
+
+
+def read(database: tuple[object, ...]) -> None:
+    """A snapshot of `database` has just read the jobs (when tracked): empty the log. The read is
+    the base of the next one once the caller's transaction commits (at once outside one)."""
+    if _tracking.database != database:
+        return
+    _tracking.base_read = False
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {connection.ops.quote_name(MOVED_TABLE)}")
+
+    def settle() -> None:
+        if _tracking.database == database:
+            _tracking.base_read = True
+
+    transaction.on_commit(settle)
