@@ -6,7 +6,8 @@
   `changes`: whether anything changed since the last commit (the beat's cycle skips otherwise).
 - `lifecycle`: a job's state transitions. `selectors`, `estimates`, `usage`, `agent_selectors`: reads,
   shared by pages, API and consumers; `snapshot` (the cycle's; `snapshot_rows`, the rows it decodes and
-  its frame of nodes and quotas), `quota_figures`, `metrics_reads`,
+  its frame of nodes and quotas; `snapshot_moves`, the jobs that moved, logged by simulate's database),
+  `quota_figures`, `metrics_reads`,
   `holders`, `invariants`, `estimate_base` (the estimate's snapshot): reads split out of `selectors`,
   which re-exports their names; `mentions`: how a job is named to a reader who may not see it;
   `resource_figures`: the CPU and memory figures of quotas in managed pools (the fair shares the

@@ -24,7 +24,7 @@ MOVED_TABLE = "scheduling_snapshot_moved_job"
 
 
 class _Tracking:
-    # The database (scheduling.snapshot's `_database` key) whose writes are logged, if any; and
+    # The database (`database_key`) whose writes are logged, if any; and
     # whether the last snapshot of it was read with the log emptied and has committed since.
     database: tuple[object, ...] | None = None
     base_read: bool = False
@@ -39,40 +39,49 @@ def database_key() -> tuple[object, ...]:
     return (connection.vendor, settings_dict.get("HOST"), settings_dict.get("PORT"), settings_dict.get("NAME"))
 
 
-def _triggers() -> list[str]:
+def _triggers() -> dict[str, str]:
+    """Each trigger's name and its CREATE statement."""
     qn = connection.ops.quote_name
     moved = qn(MOVED_TABLE)
-    job, placement, workspace = (qn(model._meta.db_table) for model in (Job, ReplicaPlacementRecord, Workspace))
+    job, placement, workspace = (model._meta.db_table for model in (Job, ReplicaPlacementRecord, Workspace))
     log = f"INSERT OR IGNORE INTO {moved} (job_id)"
-    statements = [f"CREATE TABLE IF NOT EXISTS {moved} (job_id integer NOT NULL PRIMARY KEY)"]
+    triggers: dict[str, str] = {}
     for event, rows in (("INSERT", ("NEW",)), ("UPDATE", ("NEW", "OLD")), ("DELETE", ("OLD",))):
         for table, column in ((job, "id"), (placement, "job_id")):
             body = " ".join(f"{log} VALUES ({row}.{qn(column)});" for row in rows)
-            name = qn(f"{MOVED_TABLE}_{table.strip(chr(34))}_{event.lower()}")
-            statements.append(f"CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {table} BEGIN {body} END")
+            name = qn(f"{MOVED_TABLE}_{table}_{event.lower()}")
+            triggers[name] = f"CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {qn(table)} BEGIN {body} END"
     # A workspace's name is among a job's engine columns.
     name = qn(f"{MOVED_TABLE}_workspace_update")
-    statements.append(
-        f"CREATE TRIGGER IF NOT EXISTS {name} AFTER UPDATE ON {workspace} BEGIN "
-        f"{log} SELECT {qn('id')} FROM {job} WHERE {qn('workspace_id')} IN (NEW.{qn('id')}, OLD.{qn('id')}); END"
+    triggers[name] = (
+        f"CREATE TRIGGER IF NOT EXISTS {name} AFTER UPDATE ON {qn(workspace)} BEGIN "
+        f"{log} SELECT {qn('id')} FROM {qn(job)} WHERE {qn('workspace_id')} IN (NEW.{qn('id')}, OLD.{qn('id')}); END"
     )
-    return statements
+    return triggers
 
 
 def track_moves() -> None:
     """Log every job's moves on the connected SQLite database from now on, for its snapshots.
     Only for a database that this process alone writes, through one connection (simulate's own)."""
     assert connection.vendor == "sqlite", "PostgreSQL snapshots read row versions instead"
+    moved = connection.ops.quote_name(MOVED_TABLE)
     with connection.cursor() as cursor:
-        for statement in _triggers():
+        cursor.execute(f"CREATE TABLE IF NOT EXISTS {moved} (job_id integer NOT NULL PRIMARY KEY)")
+        for statement in _triggers().values():
             cursor.execute(statement)
-        cursor.execute(f"DELETE FROM {connection.ops.quote_name(MOVED_TABLE)}")
+        cursor.execute(f"DELETE FROM {moved}")
     _tracking.database = database_key()
     _tracking.base_read = False
 
 
-def stop_tracking() -> None:
-    """Snapshots read everything again (the private database is about to close)."""
+def stop_tracking(*, drop: bool = True) -> None:
+    """Snapshots read everything again; the log and its triggers are dropped (unless the database
+    is about to go: `drop=False`)."""
+    if drop and _tracking.database == database_key():
+        with connection.cursor() as cursor:
+            for trigger in _triggers():
+                cursor.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+            cursor.execute(f"DROP TABLE IF EXISTS {connection.ops.quote_name(MOVED_TABLE)}")
     _tracking.database = None
     _tracking.base_read = False
 

@@ -18,13 +18,14 @@ from django.db import connection, models
 
 Model = TypeVar("Model", bound=models.Model)
 
-# Per field class, the Python types its preparation returns unchanged (their exact type: an enum
-# member, a str subclass, is prepared by the field). A field class not named here prepares every
-# value. None is the SQL NULL for every field but JSON's (JSONField prepares it).
+# Per field class, the Python types its preparation returns as the driver stores them (their exact
+# type: an enum member, a str subclass, is prepared by the field; an int for a float column is
+# stored as the float, by the column's type). A field class not named here prepares every value.
+# None is the SQL NULL for every field but JSON's (JSONField prepares it).
 _UNCHANGED: tuple[tuple[type[models.Field[Any, Any]], tuple[type, ...]], ...] = (
     (models.JSONField, ()),
     (models.BooleanField, (bool,)),
-    (models.FloatField, (float,)),
+    (models.FloatField, (float, int)),
     (models.IntegerField, (int,)),  # its small, big and positive kinds too
     (models.CharField, (str,)),
     (models.TextField, (str,)),
@@ -33,10 +34,10 @@ _UNCHANGED: tuple[tuple[type[models.Field[Any, Any]], tuple[type, ...]], ...] = 
 
 def _preparer(field: models.Field[Any, Any]) -> Callable[[Any], Any]:
     target: models.Field[Any, Any] = field.target_field if isinstance(field, models.ForeignKey) else field
-    unchanged: tuple[type, ...] = ()
+    unchanged: tuple[type, ...] = () if isinstance(target, models.JSONField) else (type(None),)
     for field_class, types in _UNCHANGED:
         if isinstance(target, field_class) and not isinstance(target, models.AutoField):
-            unchanged = (*types, type(None)) if field_class is not models.JSONField else ()
+            unchanged = (*unchanged, *types)
             break
     if isinstance(field, models.ForeignKey) and isinstance(target, models.AutoField):
         unchanged = (int, type(None))  # a related row's id, as the related object gave it

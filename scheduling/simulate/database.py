@@ -51,7 +51,7 @@ def throwaway_database() -> Iterator[None]:
             snapshot_moves.track_moves()
             yield
     finally:
-        snapshot_moves.stop_tracking()
+        snapshot_moves.stop_tracking(drop=False)  # the database goes with its log
         connection.close()
         connections[alias] = previous_connection
         connections.settings[alias] = previous_settings

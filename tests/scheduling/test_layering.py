@@ -47,6 +47,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "selectors",
                 "snapshot",
                 "snapshot_rows",
+                "snapshot_moves",
                 "quota_figures",
                 "metrics_reads",
                 "holders",

@@ -1,0 +1,132 @@
+"""On a SQLite database whose moves are logged (simulate's, scheduling.snapshot_moves), a snapshot
+reads in full only the jobs that moved: whatever wrote the change (a service, a hand edit, the
+cycle's commit, a placement or a workspace), the next snapshot sees it and is the one a full read
+would give; a read whose transaction rolled back is no base for the next one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from scheduling import snapshot as snapshots
+from scheduling import snapshot_moves
+from scheduling.clock import get_clock
+from scheduling.cycle import run_cycle
+from scheduling.models import Job, JobState, ReplicaPlacementRecord
+from scheduling.snapshot import build_snapshot
+from tests.scheduling.conftest import Cluster, build_cluster
+from workspaces.models import Workspace
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),  # each write its own transaction, as simulate's are
+    pytest.mark.skipif("connection.vendor != 'sqlite'", reason="PostgreSQL snapshots read row versions instead"),
+]
+
+
+@pytest.fixture
+def busy(settings: Any) -> Iterator[Cluster]:
+    """Eight GPUs held, three jobs waiting, moves logged, and a first snapshot read."""
+    settings.SCHEDULER_TRIGGER = "none"
+    cluster = build_cluster(node_gpus=(8,))
+    snapshot_moves.track_moves()
+    cluster.submit("holder", gpus=8, preemptible=False)
+    for name in ("first", "second", "third"):
+        cluster.submit(name, "team-b", gpus=4)
+    for _ in range(3):
+        run_cycle(trigger="test")
+    assert cluster.state("holder") == JobState.RUNNING and cluster.state("first") == JobState.PENDING
+    snapshot()
+    yield cluster
+    snapshot_moves.stop_tracking()
+    snapshots._memory.read = ((), {}, {}, {})
+
+
+def snapshot() -> tuple[Any, snapshots.SnapshotIndex]:
+    return build_snapshot(get_clock().now())
+
+
+def same_as_a_full_read(snapshot: Any, index: snapshots.SnapshotIndex) -> None:
+    snapshots._memory.read = ((), {}, {}, {})  # nothing to build on: a full read
+    full, full_index = build_snapshot(get_clock().now())
+    assert full_index.jobs_read == len(full.jobs)
+    assert snapshot.jobs == full.jobs
+    assert index.jobs == full_index.jobs
+
+
+def test_nothing_moved_reads_no_job_row(busy: Cluster) -> None:
+    snapshot_now, index = snapshot()
+    assert index.jobs_read == 0
+    assert len(snapshot_now.jobs) == 4
+    same_as_a_full_read(snapshot_now, index)
+
+
+def test_a_hand_edit_is_read_by_the_next_snapshot(busy: Cluster) -> None:
+    Job.objects.filter(pk=busy.jobs["second"].pk).update(priority=9)
+    snapshot_now, index = snapshot()
+    assert index.jobs_read == 1
+    assert next(job for job in snapshot_now.jobs if job.id == str(busy.jobs["second"].pk)).priority == 9
+    same_as_a_full_read(snapshot_now, index)
+
+
+def test_placements_workspaces_and_new_or_gone_jobs_are_seen(busy: Cluster) -> None:
+    placement = ReplicaPlacementRecord.objects.get(job=busy.jobs["holder"])
+    ReplicaPlacementRecord.objects.filter(pk=placement.pk).update(devices=[7, 6, 5, 4, 3, 2, 1, 0])
+    snapshot_now, index = snapshot()
+    assert index.jobs_read == 1
+    same_as_a_full_read(snapshot_now, index)
+
+    Workspace.objects.filter(pk=busy.workspace.pk).update(name="lab-renamed")
+    snapshot_now, index = snapshot()
+    assert index.jobs_read == 4 and {job.workspace for job in snapshot_now.jobs} == {"lab-renamed"}
+    same_as_a_full_read(snapshot_now, index)
+
+    Job.objects.filter(pk=busy.jobs["first"].pk).update(state=JobState.CANCELLED)
+    busy.submit("fourth", "team-b", gpus=2)
+    snapshot_now, index = snapshot()
+    ids = [job.id for job in snapshot_now.jobs]
+    assert str(busy.jobs["first"].pk) not in ids and str(busy.jobs["fourth"].pk) in ids
+    same_as_a_full_read(snapshot_now, index)
+
+
+def test_a_moved_job_keeps_the_engine_order(busy: Cluster) -> None:
+    """submitted_at, then id: a job moved to the front is read at the front, as a full read has it."""
+    earliest = Job.objects.order_by("submitted_at").values_list("submitted_at", flat=True)[0]
+    Job.objects.filter(pk=busy.jobs["third"].pk).update(submitted_at=earliest - timedelta(seconds=1))
+    snapshot_now, index = snapshot()
+    assert snapshot_now.jobs[0].id == str(busy.jobs["third"].pk)
+    same_as_a_full_read(snapshot_now, index)
+
+
+def test_cycles_commit_on_what_they_read(busy: Cluster) -> None:
+    Job.objects.filter(pk=busy.jobs["holder"].pk).update(state=JobState.SUCCEEDED)
+    ReplicaPlacementRecord.objects.filter(job=busy.jobs["holder"]).delete()
+    outcome = run_cycle(trigger="test")
+    assert outcome.committed and {busy.jobs["first"].pk, busy.jobs["second"].pk} <= set(outcome.admitted_ids)
+    same_as_a_full_read(*snapshot())
+
+
+def test_a_read_rolled_back_is_no_base(busy: Cluster) -> None:
+    """Inside a transaction that rolls back, the log the read emptied comes back, and the writes
+    it read are undone: the next snapshot reads everything."""
+    with pytest.raises(RuntimeError), transaction.atomic():
+        Job.objects.filter(pk=busy.jobs["second"].pk).update(priority=9)
+        snapshot()
+        raise RuntimeError("rolled back")
+    assert not snapshot_moves.tracked(snapshot_moves.database_key())
+    snapshot_now, index = snapshot()
+    assert index.jobs_read == 4
+    assert next(job for job in snapshot_now.jobs if job.id == str(busy.jobs["second"].pk)).priority != 9
+    same_as_a_full_read(snapshot_now, index)
+
+
+def test_stopping_drops_the_log(busy: Cluster) -> None:
+    snapshot_moves.stop_tracking()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM sqlite_master WHERE name LIKE %s", [f"{snapshot_moves.MOVED_TABLE}%"])
+        assert cursor.fetchall() == []
+    _snapshot, index = snapshot()
+    assert index.jobs_read == 4
