@@ -18,7 +18,7 @@ def records(count: int) -> list[AuditRecord]:
         AuditRecord(
             action="job.submit",
             object_type="job",
-            object_id=number,  # type: ignore[misc]  # an int, as a careless caller gives it
+            object_id=number,  # an int, as a careless caller gives it
             object_repr=f"job {number}",
             before=None,
             after={"gpus": number, "tags": ["a", number]},

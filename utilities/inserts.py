@@ -18,8 +18,8 @@ from django.db import connection, models
 
 Model = TypeVar("Model", bound=models.Model)
 
-# Per field class, the Python types its preparation returns as the driver stores them (their exact
-# type: an enum member, a str subclass, is prepared by the field; an int for a float column is
+# Per field class, the Python types its preparation returns as the driver stores them, by exact
+# type (an enum member, a str subclass, is prepared by the field; an int for a float column is
 # stored as the float, by the column's type). A field class not named here prepares every value.
 # None is the SQL NULL for every field but JSON's (JSONField prepares it).
 _UNCHANGED: tuple[tuple[type[models.Field[Any, Any]], tuple[type, ...]], ...] = (
