@@ -18,7 +18,7 @@ from django.db import transaction
 
 from quotas.bounds import readable
 from quotas.models import NodeState
-from scheduling import bulk, engine
+from scheduling import bulk, engine, snapshot_moves
 from scheduling import snapshot as snapshots
 from scheduling.models import Job, JobEvent, JobState, ReplicaPlacementRecord
 from scheduling.selectors import JobSeen, SnapshotIndex, held_devices
@@ -278,7 +278,10 @@ class _CommitRows:
                 else:
                     as_read.append((seen.pk, seen.revision, seen.version, *wanted))
         columns = ("reason_code", "reason_message", "position")
+        logged_before = snapshot_moves.logged() if rows else set()
         written = bulk.update_as_seen(Job, state=JobState.PENDING, columns=columns, rows=rows)
+        if rows and written == len(rows):  # simulate's SQLite: the snapshot takes them as written
+            snapshots.reasons_written_here(rows, logged_before, self.index.jobs)
         if as_read:
             versions = dict(bulk.update_as_read(Job, state=JobState.PENDING, columns=columns, rows=as_read))
             settled = [

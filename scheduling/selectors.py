@@ -31,7 +31,8 @@ from scheduling.metrics_reads import (
 )
 from scheduling.models import ACTIVE_STATES, CycleRecord, Job, JobEvent, JobState
 from scheduling.quota_figures import asked_gpus, quota_status_figures, quota_status_summary
-from scheduling.snapshot import JobSeen, SnapshotIndex, build_snapshot, held_devices, job_key
+from scheduling.snapshot import JobSeen, SnapshotIndex, build_snapshot, job_key
+from scheduling.snapshot_rows import held_devices
 from workspaces.permissions import usable_quotas
 
 

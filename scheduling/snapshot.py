@@ -9,17 +9,14 @@ string ids back to rows, with the state and revision each job had when it was re
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q, QuerySet
 from django.db.models.expressions import RawSQL
 
-from quotas.models import Node
 from scheduling import engine, snapshot_moves
 from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, ReplicaPlacementRecord
 from scheduling.snapshot_rows import (
@@ -34,7 +31,6 @@ from scheduling.snapshot_rows import (
     engine_job,
     raw_rows,
     read_nodes_and_quotas,
-    stored_devices,
 )
 
 
@@ -242,6 +238,32 @@ def reasons_written(written: list[tuple[int, str, str, str, str, int | None]]) -
     _memory.read = (database, node_names, quota_names, kept)
 
 
+def reasons_written_here(
+    written: list[tuple[int, int, str, str, int | None]], logged_before: set[int], seen: dict[str, JobSeen]
+) -> None:
+    """SQLite with its moves logged (snapshot_moves), inside the commit, right after its pending
+    reasons were written: each (id, seen revision, code, message, position), every one written.
+    A job that no other write touched since the snapshot `seen` read it (not in `logged_before`,
+    the log as it was before the reasons went) is taken as written, not read again; the next
+    snapshot builds on this one only once the commit's transaction commits."""
+    database, node_names, quota_names, known = _memory.read
+    if not snapshot_moves.tracked(database):
+        return
+    kept = dict(known)
+    taken = []
+    for pk, _revision, code, message, position in written:
+        entry = kept.get(pk)
+        if pk in logged_before or entry is None or entry.seen is not seen.get(job_key(pk)):
+            continue  # moved since, or this process has read another snapshot since
+        row = (*entry.row[: _SEEN_AT + 3], code, message, position, entry.row[-1])  # the row as it is now
+        kept[pk] = entry._replace(
+            row=row, seen=entry.seen._replace(reason_code=code, reason_message=message, position=position)
+        )
+        taken.append(pk)
+    snapshot_moves.taken(database, taken)
+    _memory.read = (database, node_names, quota_names, kept)
+
+
 def _tables() -> tuple[str, str, str]:
     """The job, workspace and placement tables, quoted."""
     qn = connection.ops.quote_name
@@ -415,31 +437,3 @@ def _read_changed(frame: NodesAndQuotas, before: dict[int, _Known]) -> tuple[dic
         replicas = tuple(held[pk]) if held_mark is not None and pk in held else ()
         known_now[pk] = _known(row, quota_names[row[QUOTA_ID_AT]], replicas, held_mark, before.get(pk))
     return known_now, len(stale)
-
-
-def held_devices(
-    node_ids: Collection[int] | None = None, job_ids: Collection[int] = ()
-) -> tuple[dict[int, tuple[int, str]], list[tuple[int, int, tuple[int, ...], float]]]:
-    """Nodes' GPUs and state, and the held replicas (job id, node id, devices, fraction) on them:
-    the devices as the caller's transaction sees them right now. Of every node, or of `node_ids`
-    only, with every replica of the jobs `job_ids` wherever it is."""
-    node_rows: QuerySet[Any] | None = Node.objects.all()
-    placements = ReplicaPlacementRecord.objects.filter(job__state__in=HOLDING_STATES)
-    if node_ids is not None:
-        if not node_ids and not job_ids:
-            return {}, []
-        node_rows = Node.objects.filter(pk__in=list(node_ids)) if node_ids else None
-        on = Q(node_id__in=list(node_ids)) if node_ids else Q(job_id__in=list(job_ids))
-        placements = placements.filter(on | Q(job_id__in=list(job_ids)) if node_ids and job_ids else on)
-    nodes = (
-        {}
-        if node_rows is None
-        else {node_id: (gpus, state) for node_id, gpus, state in raw_rows(node_rows.values_list("id", "gpus", "state"))}
-    )
-    held = [
-        (job_id, node_id, stored_devices(devices), fraction)
-        for job_id, node_id, devices, fraction in raw_rows(
-            placements.values_list("job_id", "node_id", "devices", "fraction")
-        )
-    ]
-    return nodes, held

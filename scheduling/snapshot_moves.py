@@ -91,6 +91,11 @@ def tracked(database: tuple[object, ...]) -> bool:
     return _tracking.database == database and _tracking.base_read
 
 
+def logged() -> set[int]:
+    """The ids of the jobs moved since the last snapshot, where moves are logged; else none."""
+    return set(moved()) if _tracking.database == database_key() else set()
+
+
 def moved() -> list[int]:
     """The ids of the jobs moved since the last snapshot (the log itself stays until `read`)."""
     with connection.cursor() as cursor:
@@ -103,6 +108,28 @@ def moved_subquery() -> str:
     return f"SELECT job_id FROM {connection.ops.quote_name(MOVED_TABLE)}"
 
 
+def taken(database: tuple[object, ...], job_ids: list[int]) -> None:
+    """The snapshot's memory took the writes to `job_ids` as they were made (scheduling.snapshot's
+    `reasons_written_here`): out of the log. The memory is a base again once the caller's
+    transaction commits; after a rollback, which restores neither the rows nor the memory, it is
+    not, and the next snapshot reads everything."""
+    _tracking.base_read = False
+    moved = connection.ops.quote_name(MOVED_TABLE)
+    with connection.cursor() as cursor:
+        for start in range(0, len(job_ids), 500):
+            chunk = job_ids[start : start + 500]
+            cursor.execute(f"DELETE FROM {moved} WHERE job_id IN ({', '.join(['%s'] * len(chunk))})", chunk)
+    _settle_on_commit(database)
+
+
+def _settle_on_commit(database: tuple[object, ...]) -> None:
+    def settle() -> None:
+        if _tracking.database == database:
+            _tracking.base_read = True
+
+    transaction.on_commit(settle)  # at once outside a transaction
+
+
 def read(database: tuple[object, ...]) -> None:
     """A snapshot of `database` has just read the jobs (when tracked): empty the log. The read is
     the base of the next one once the caller's transaction commits (at once outside one)."""
@@ -111,9 +138,4 @@ def read(database: tuple[object, ...]) -> None:
     _tracking.base_read = False
     with connection.cursor() as cursor:
         cursor.execute(f"DELETE FROM {connection.ops.quote_name(MOVED_TABLE)}")
-
-    def settle() -> None:
-        if _tracking.database == database:
-            _tracking.base_read = True
-
-    transaction.on_commit(settle)
+    _settle_on_commit(database)

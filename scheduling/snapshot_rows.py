@@ -2,22 +2,24 @@
 the jobs and keeps a worker's snapshot between cycles): `raw_rows`, the driver's rows without
 Django's per-value converters; a job's engine columns and `engine_job`, which decodes them; and
 the frame, what a snapshot reads besides the jobs (the fence, the pools, the nodes and the quota
-tree: a few thousand rows at most, each rebuilt only when its rows changed)."""
+tree: a few thousand rows at most, each rebuilt only when its rows changed); and `held_devices`,
+the devices held right now, that the commit reads."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, NamedTuple
 
 from django.db import connection
-from django.db.models import FloatField, Func, QuerySet
+from django.db.models import FloatField, Func, Q, QuerySet
 
 from quotas.models import Node, NodeExecutor, NodeState, Quota, ResourcePool
 from scheduling import engine
 from scheduling.engine import types as engine_types
-from scheduling.models import SchedulerFence
+from scheduling.models import HOLDING_STATES, ReplicaPlacementRecord, SchedulerFence
 
 
 class Moment(Func):
@@ -304,3 +306,31 @@ def read_nodes_and_quotas() -> NodesAndQuotas:
     return NodesAndQuotas(
         fence_token, fence_generation, placement, pool_placements, nodes, node_names, quota_names, quotas
     )
+
+
+def held_devices(
+    node_ids: Collection[int] | None = None, job_ids: Collection[int] = ()
+) -> tuple[dict[int, tuple[int, str]], list[tuple[int, int, tuple[int, ...], float]]]:
+    """Nodes' GPUs and state, and the held replicas (job id, node id, devices, fraction) on them:
+    the devices as the caller's transaction sees them right now. Of every node, or of `node_ids`
+    only, with every replica of the jobs `job_ids` wherever it is."""
+    node_rows: QuerySet[Any] | None = Node.objects.all()
+    placements = ReplicaPlacementRecord.objects.filter(job__state__in=HOLDING_STATES)
+    if node_ids is not None:
+        if not node_ids and not job_ids:
+            return {}, []
+        node_rows = Node.objects.filter(pk__in=list(node_ids)) if node_ids else None
+        on = Q(node_id__in=list(node_ids)) if node_ids else Q(job_id__in=list(job_ids))
+        placements = placements.filter(on | Q(job_id__in=list(job_ids)) if node_ids and job_ids else on)
+    nodes = (
+        {}
+        if node_rows is None
+        else {node_id: (gpus, state) for node_id, gpus, state in raw_rows(node_rows.values_list("id", "gpus", "state"))}
+    )
+    held = [
+        (job_id, node_id, stored_devices(devices), fraction)
+        for job_id, node_id, devices, fraction in raw_rows(
+            placements.values_list("job_id", "node_id", "devices", "fraction")
+        )
+    ]
+    return nodes, held

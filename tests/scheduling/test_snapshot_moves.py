@@ -130,3 +130,30 @@ def test_stopping_drops_the_log(busy: Cluster) -> None:
         assert cursor.fetchall() == []
     _snapshot, index = snapshot()
     assert index.jobs_read == 4
+
+
+def test_reasons_the_commit_wrote_are_taken_as_written(busy: Cluster) -> None:
+    """The cycle's own pending reasons are not read again: the next snapshot has them as written."""
+    waiting = busy.submit("fifth", "team-b", gpus=8)
+    outcome = run_cycle(trigger="test")
+    assert outcome.committed and waiting.pk not in outcome.admitted_ids
+    snapshot_now, index = snapshot()
+    assert index.jobs_read == 0
+    seen = index.jobs[str(waiting.pk)]
+    stored = Job.objects.get(pk=waiting.pk)
+    assert stored.reason_code and (seen.reason_code, seen.reason_message, seen.position) == (
+        stored.reason_code,
+        stored.reason_message,
+        stored.position,
+    )
+    same_as_a_full_read(snapshot_now, index)
+
+
+def test_reasons_of_a_commit_rolled_back_are_read_again(busy: Cluster) -> None:
+    waiting = busy.submit("fifth", "team-b", gpus=8)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        run_cycle(trigger="test")
+        raise RuntimeError("rolled back")
+    snapshot_now, index = snapshot()
+    assert index.jobs_read == 5 and index.jobs[str(waiting.pk)].reason_code == ""
+    same_as_a_full_read(snapshot_now, index)
