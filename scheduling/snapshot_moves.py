@@ -46,11 +46,17 @@ def _triggers() -> dict[str, str]:
     job, placement, workspace = (model._meta.db_table for model in (Job, ReplicaPlacementRecord, Workspace))
     log = f"INSERT OR IGNORE INTO {moved} (job_id)"
     triggers: dict[str, str] = {}
-    for event, rows in (("INSERT", ("NEW",)), ("UPDATE", ("NEW", "OLD")), ("DELETE", ("OLD",))):
-        for table, column in ((job, "id"), (placement, "job_id")):
-            body = " ".join(f"{log} VALUES ({row}.{qn(column)});" for row in rows)
-            name = qn(f"{MOVED_TABLE}_{table}_{event.lower()}")
-            triggers[name] = f"CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {qn(table)} BEGIN {body} END"
+    # An update logs the row's job as it is now, and as it was only where the statement sets the
+    # job's id itself (a second insert per row cost the commit's thousands of updates a cycle).
+    events = (("insert", "INSERT", "NEW"), ("update", "UPDATE", "NEW"), ("update_of_job", "UPDATE OF", "OLD"))
+    for table, column in ((job, "id"), (placement, "job_id")):
+        for suffix, event, row in (*events, ("delete", "DELETE", "OLD")):
+            name = qn(f"{MOVED_TABLE}_{table}_{suffix}")
+            on = f"{event} {qn(column)} ON" if event == "UPDATE OF" else f"{event} ON"
+            triggers[name] = (
+                f"CREATE TRIGGER IF NOT EXISTS {name} AFTER {on} {qn(table)} "
+                f"BEGIN {log} VALUES ({row}.{qn(column)}); END"
+            )
     # A workspace's name is among a job's engine columns.
     name = qn(f"{MOVED_TABLE}_workspace_update")
     triggers[name] = (

@@ -79,6 +79,14 @@ def test_placements_workspaces_and_new_or_gone_jobs_are_seen(busy: Cluster) -> N
     assert index.jobs_read == 1
     same_as_a_full_read(snapshot_now, index)
 
+    # A placement moved to another job: both jobs moved.
+    ReplicaPlacementRecord.objects.filter(pk=placement.pk).update(job=busy.jobs["first"])
+    snapshot_now, index = snapshot()
+    assert index.jobs_read == 2
+    same_as_a_full_read(snapshot_now, index)
+    ReplicaPlacementRecord.objects.filter(pk=placement.pk).update(job=busy.jobs["holder"])
+    snapshot()
+
     Workspace.objects.filter(pk=busy.workspace.pk).update(name="lab-renamed")
     snapshot_now, index = snapshot()
     assert index.jobs_read == 4 and {job.workspace for job in snapshot_now.jobs} == {"lab-renamed"}
