@@ -128,7 +128,8 @@ def kill_groups(pids: list[int]) -> None:
 def sweep_run(token: str) -> list[str]:
     """SIGKILL every process still marked with this run's token (and its group, unless it is ours)
     and wait for it: nothing a part started outlives it, on success, error or interrupt. What
-    was left (names)."""
+    was left (names). A slurmstepd overwrites its environment with its title, so the mark does
+    not find it: the cluster's stop ends each slurmd's session (slurm.testing)."""
     own_group = os.getpgrp()
     left: list[psutil.Process] = []
     names = []
@@ -202,6 +203,24 @@ def squeue_ids(cluster: SlurmCluster, name: str, states: str) -> list[str] | Non
         return None
 
 
+def cancel_fillers(cluster: SlurmCluster, fillers: list[str], tries: int = 10) -> None:
+    """scancel the fillers by id until none is left running. At 256 nodes with 10,000 jobs just
+    queued, slurmctld is busy: `scancel --name=filler` (which first lists every job) did not
+    answer within a command's 10 s, twelve times over, and a scancel by id timed out on some ids
+    (2026-11-28); cancelling one twice is harmless. The time it takes counts in Slurm's drain,
+    as its own work."""
+    left = fillers
+    for _ in range(tries):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            cluster.command("scancel", *left, check=False, timeout=120)
+        running = set(answered(lambda: squeue_ids(cluster, "filler", "RUNNING,PENDING")))
+        left = [job for job in left if job in running]
+        if not left:
+            return
+        say(f"(a) {len(left)} fillers still there after scancel; asking again")
+    raise RuntimeError(f"{len(left)} fillers not cancelled in {tries} tries")
+
+
 def live_count(cluster: SlurmCluster, name: str) -> int:
     """How many are pending, running or completing (-1: no answer in time)."""
     ids = squeue_ids(cluster, name, "PENDING,RUNNING,COMPLETING,CONFIGURING")
@@ -216,10 +235,18 @@ def answered(ask: Callable[[], list[str] | None]) -> list[str]:
 
 def part_a(args: argparse.Namespace, scratch: Path) -> Figure:
     with slurm_cluster(args.nodes, scratch / "slurm-a") as cluster:
-        for _ in range(args.nodes):
+        fillers = [
             cluster.command(
-                "sbatch", "--job-name=filler", f"--gres=gpu:{GPUS}", "--output=/dev/null", "--wrap", FILLER_COMMAND
-            )
+                "sbatch",
+                "--parsable",
+                "--job-name=filler",
+                f"--gres=gpu:{GPUS}",
+                "--output=/dev/null",
+                "--wrap",
+                FILLER_COMMAND,
+            ).strip()
+            for _ in range(args.nodes)
+        ]
         wait_until(
             lambda: len(squeue_ids(cluster, "filler", "RUNNING") or ()) == args.nodes,
             seconds=300,
@@ -237,7 +264,7 @@ def part_a(args: argparse.Namespace, scratch: Path) -> Figure:
             pool.shutdown(cancel_futures=True)  # an interrupted run stops submitting
         say(f"(a) {args.jobs} jobs sbatch'ed in {time.monotonic() - started:.0f} s, pending behind the fillers")
         began = time.monotonic()
-        cluster.command("scancel", "--name=filler")
+        cancel_fillers(cluster, fillers)
         until(lambda: live_count(cluster, "drain") == 0, args.limit)
         seconds = time.monotonic() - began
         left = len(answered(lambda: squeue_ids(cluster, "drain", "PENDING,RUNNING,COMPLETING,CONFIGURING")))
@@ -696,7 +723,7 @@ def report(figures: list[Figure], watch: MemoryWatch) -> None:
     for figure in figures:
         print(figure.line())
     slurm = by_part.get("a")
-    if slurm:
+    if slurm and slurm.rate:  # a part that failed has no rate to compare with
         if "b" in by_part:
             print(f"(b)/(a) = {by_part['b'].rate / slurm.rate:.2f} (target >= 1)")
         if "c" in by_part:
