@@ -156,13 +156,9 @@ def _end_by_themselves(endings: Sequence[Ending], now: datetime) -> list[Job]:
     job write, in a few statements for them all: a drain of short jobs ended them one at a time
     with a locked read, an update, a delete, an event, a re-read and an audit record each, about
     40 ms a job on the loaded test machine (benchmarks/slurm_drain.py)."""
-    ids = sorted({ending.job_id for ending in endings})
-    locked: dict[int, Job] = {}
-    # In id order, as every writer that locks several jobs does: two never wait on each other.
-    for start in range(0, len(ids), _BATCH):
-        chunk = ids[start : start + _BATCH]
-        locked.update((job.pk, job) for job in Job.objects.select_for_update().filter(pk__in=chunk).order_by("pk"))
-    missing = set(ids) - set(locked)
+    ids = {ending.job_id for ending in endings}
+    locked = _locked(ids)
+    missing = ids - set(locked)
     if missing:
         # As the per-job read did: an executor never reports a job that does not exist.
         raise Job.DoesNotExist(f"no job with id {min(missing)}")
@@ -200,22 +196,7 @@ def _end_by_themselves(endings: Sequence[Ending], now: datetime) -> list[Job]:
         ended.append(job)
     if not ended:
         return ended
-    # NULL written as such: an untyped NULL parameter is not always taken for the column's type.
-    fixed = [("revision", "revision + 1", ())] + [
-        (column, "NULL", ()) if value is None else (column, "%s", (value,))
-        for column, value in lifecycle.FINAL_VALUES.items()
-    ]
-    written = sum(
-        bulk.update_as_seen(Job, state=seen_state, columns=_FINAL_COLUMNS, rows=rows, fixed=fixed)
-        for seen_state, rows in rows_by_state.items()
-    )
-    if written != len(ended):
-        # The rows were read under their locks in this transaction; anything else is a bug.
-        raise RuntimeError(f"ended {written} of {len(ended)} locked jobs; rolled back")
-    ended_ids = [job.pk for job in ended]
-    for start in range(0, len(ended_ids), _BATCH):
-        ReplicaPlacementRecord.objects.filter(job_id__in=ended_ids[start : start + _BATCH]).delete()
-    bulk.insert(JobEvent, _EVENT_COLUMNS, events)
+    _write_ends(rows_by_state, _FINAL_COLUMNS, _fixed(lifecycle.FINAL_VALUES), events)
     audit.record_all(records)
     return ended
 
@@ -292,11 +273,12 @@ def release_jobs(releases: Sequence[Release], now: datetime) -> list[int]:
         rows_by_state[release.seen_state].append((release.job_id, release.seen_revision, *row))
         kind, message = lifecycle.released_event(requeue=release.requeue, message=release.message)
         events.append((release.job_id, kind, now, "", None, message))
-    fixed = [("revision", "revision + 1", ()), ("preemptions", "preemptions + 1", ())] + [
-        (column, "NULL", ()) if value is None else (column, "%s", (value,))
+    same_for_all = {
+        column: value
         for column, value in lifecycle.released_values(requeue=True, now=now).items()
         if column not in _RELEASED_COLUMNS
-    ]
+    }
+    fixed = _fixed(same_for_all, also=(("preemptions", "preemptions + 1", ()),))
     return _write_ends(rows_by_state, _RELEASED_COLUMNS, fixed, events)
 
 
@@ -314,21 +296,34 @@ def finish_cancels(cancels: Sequence[tuple[int, int]], now: datetime, why: str) 
         message = f"{job.reason_message}; {why}" if job.reason_message else why
         rows.append((job_id, revision, JobState.CANCELLED, now, message))
         events.append((job_id, JobEventKind.CANCELLED, now, "", None, message))
-    fixed = [("revision", "revision + 1", ())] + [
-        (column, "NULL", ()) if value is None else (column, "%s", (value,))
-        for column, value in lifecycle.FINAL_VALUES.items()
+    return _write_ends({JobState.RELEASING: rows}, _FINAL_COLUMNS, _fixed(lifecycle.FINAL_VALUES), events)
+
+
+def _fixed(
+    values: dict[str, Any], also: Sequence[tuple[str, str, tuple[Any, ...]]] = ()
+) -> list[tuple[str, str, tuple[Any, ...]]]:
+    """`bulk.update_as_seen`'s `fixed` for values the same on every row, after revision + 1 and
+    `also`. NULL is written as such: an untyped NULL parameter is not always taken for the
+    column's type."""
+    return [("revision", "revision + 1", ()), *also] + [
+        (column, "NULL", ()) if value is None else (column, "%s", (value,)) for column, value in values.items()
     ]
-    return _write_ends({JobState.RELEASING: rows}, _FINAL_COLUMNS, fixed, events)
+
+
+def _locked(ids: set[int]) -> dict[int, Job]:
+    """The jobs, locked in id order, as every writer that locks several jobs does: two never wait
+    on each other."""
+    ordered = sorted(ids)
+    locked: dict[int, Job] = {}
+    for start in range(0, len(ordered), _BATCH):
+        chunk = ordered[start : start + _BATCH]
+        locked.update((job.pk, job) for job in Job.objects.select_for_update().filter(pk__in=chunk).order_by("pk"))
+    return locked
 
 
 def _locked_as_seen(seen: set[tuple[int, str, int]]) -> dict[int, Job]:
-    """The jobs still in the state and at the revision their caller saw, locked in id order (as
-    every writer that locks several jobs does: two never wait on each other)."""
-    ids = sorted({job_id for job_id, _state, _revision in seen})
-    locked: dict[int, Job] = {}
-    for start in range(0, len(ids), _BATCH):
-        chunk = ids[start : start + _BATCH]
-        locked.update((job.pk, job) for job in Job.objects.select_for_update().filter(pk__in=chunk).order_by("pk"))
+    """The jobs still in the state and at the revision their caller saw, locked (`_locked`)."""
+    locked = _locked({job_id for job_id, _state, _revision in seen})
     return {
         job_id: locked[job_id]
         for job_id, state, revision in seen
@@ -351,6 +346,7 @@ def _write_ends(
         for state, rows in rows_by_state.items()
     )
     if written != len(ids):
+        # The rows were read under their locks in this transaction; anything else is a bug.
         raise RuntimeError(f"wrote {written} of {len(ids)} locked jobs; rolled back")
     for start in range(0, len(ids), _BATCH):
         ReplicaPlacementRecord.objects.filter(job_id__in=ids[start : start + _BATCH]).delete()
