@@ -3,7 +3,8 @@
 - `engine/`: the scheduler itself, plain Python; it imports only itself and the standard library.
 - `models`, `clock`, `lock`, `bulk`, `beat`, `history`, `gc_pauses`: data and infrastructure;
   `job_environment`: the rules of a job's environment and image (plain Python, over quotas.bounds);
-  `changes`: whether anything changed since the last commit (the beat's cycle skips otherwise).
+  `changes`: whether anything changed since the last commit (the beat's cycle skips otherwise);
+  `pending_reasons`: the pending reasons' own table, the commit's write and the reason a job shows.
 - `lifecycle`: a job's state transitions. `selectors`, `estimates`, `usage`, `agent_selectors`: reads,
   shared by pages, API and consumers; `snapshot` (the cycle's; `snapshot_rows`, the rows it decodes and
   its frame of nodes and quotas; `snapshot_moves`, the jobs that moved, logged by simulate's database),

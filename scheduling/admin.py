@@ -50,7 +50,7 @@ class JobAdmin(ReadOnlyAdmin):
     ]  # fmt: skip
     list_select_related = ["workspace", "quota", "owner"]
     list_filter = ["state", "kind", "preemptible", "priority", "quota", "workspace"]
-    search_fields = ["name", "owner__username", "workspace__name", "quota__name", "reason_code"]
+    search_fields = ["name", "owner__username", "workspace__name", "quota__name", "reason_code", "pending_reason__code"]
     date_hierarchy = "submitted_at"
     inlines = [PlacementInline, EventInline]
     actions = ["cancel"]

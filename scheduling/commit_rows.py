@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from quotas.bounds import readable
 from quotas.models import NodeState
-from scheduling import bulk, engine, snapshot_moves
+from scheduling import bulk, engine, pending_reasons, snapshot_moves
 from scheduling import snapshot as snapshots
 from scheduling.models import Job, JobEvent, JobState, ReplicaPlacementRecord
 from scheduling.selectors import JobSeen, SnapshotIndex, held_devices
@@ -262,32 +262,33 @@ class _CommitRows:
 
     def _write_reasons(self, result: engine.CycleResult, admitted_now: set[str]) -> None:
         """Only reasons that changed since the snapshot are written, and only to jobs still pending
-        at the revision the snapshot saw: one statement per thousand rows. On PostgreSQL, only to
-        rows still the very version the snapshot read; the new versions go to the snapshot's
-        memory once committed, so that the next cycle need not read those rows again."""
-        rows: list[tuple[int, int, str, str, int | None]] = []
-        as_read: list[tuple[int, int, str, str, str, int | None]] = []
+        at the revision the snapshot saw, into their own table (scheduling.pending_reasons): the
+        job rows are not rewritten. The reasons written go to the snapshot's memory once
+        committed (on simulate's SQLite, as written, inside the commit), so that the next cycle
+        need not read those jobs again."""
+        rows: list[pending_reasons.ReasonRow] = []
         for key, seen in self.index.jobs.items():
             if seen.state != JobState.PENDING or key in admitted_now:
                 continue
             reason = result.pending.get(key)
             wanted = (reason.code, reason.message, reason.position) if reason else ("", "", None)
             if wanted != (seen.reason_code, seen.reason_message, seen.position):
-                if seen.version is None:
-                    rows.append((seen.pk, seen.revision, *wanted))
-                else:
-                    as_read.append((seen.pk, seen.revision, seen.version, *wanted))
-        columns = ("reason_code", "reason_message", "position")
-        logged_before = snapshot_moves.logged() if rows else set()
-        written = bulk.update_as_seen(Job, state=JobState.PENDING, columns=columns, rows=rows)
-        if rows and written == len(rows):  # simulate's SQLite: the snapshot takes them as written
-            snapshots.reasons_written_here(rows, logged_before, self.index.jobs)
-        if as_read:
-            versions = dict(bulk.update_as_read(Job, state=JobState.PENDING, columns=columns, rows=as_read))
-            settled = [
-                (pk, version, versions[pk], code, message, position)
-                for pk, _revision, version, code, message, position in as_read
-                if pk in versions
-            ]
-            transaction.on_commit(lambda: snapshots.reasons_written(settled))
-        self.applied.reasons_read_again = written
+                rows.append((seen.pk, seen.revision, *wanted))
+        if not rows:
+            return
+        if connection.vendor != "postgresql":
+            logged_before = snapshot_moves.logged()
+            written = pending_reasons.write(rows)
+            if written:  # simulate's SQLite: the snapshot takes them as written
+                snapshots.reasons_written_here(rows, logged_before, self.index.jobs)
+            self.applied.reasons_read_again = len(written)
+            return
+        done = set(pending_reasons.write(rows))
+        versions = {seen.pk: seen.version for seen in self.index.jobs.values() if seen.pk in done}
+        # The job row's version does not move with its reason: before and after are the same.
+        settled = [
+            (pk, versions[pk], versions[pk], code, message, position)
+            for pk, _revision, code, message, position in rows
+            if pk in done and versions[pk] is not None
+        ]
+        transaction.on_commit(lambda: snapshots.reasons_written(settled))  # type: ignore[arg-type]

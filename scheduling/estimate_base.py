@@ -13,6 +13,7 @@ from django.conf import settings
 
 from scheduling import engine
 from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, ReplicaPlacementRecord
+from scheduling.pending_reasons import with_shown_reason
 from scheduling.snapshot import SEEN_JOB_COLUMNS, JobSeen, SnapshotIndex, build_snapshot, job_key, job_seen
 from scheduling.snapshot_rows import (
     ENGINE_JOB_COLUMNS,
@@ -159,7 +160,7 @@ def _refreshed_estimate_base(base: _EstimateBase, *, leaving_out: int) -> _Estim
                 (node_names[node_id], devices if isinstance(devices, str) else tuple(devices), fraction)
             )
         for row in raw_rows(
-            Job.objects.filter(pk__in=changed)
+            with_shown_reason(Job.objects.filter(pk__in=changed))
             .annotate(submitted=Moment("submitted_at"), started=Moment("started_at"), evicted=Moment("evicted_at"))
             .values_list(*ENGINE_JOB_COLUMNS, *SEEN_JOB_COLUMNS)
         ):

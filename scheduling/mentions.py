@@ -154,7 +154,7 @@ def reasons_as_seen(reader: Reader, jobs: Iterable[Job]) -> dict[int, str]:
     """Each pending job's reason as `reader` may read it: the jobs it waits for or behind ("waits
     while 42, which it was evicted for, starts") by id where the reader may open them, else by
     quota, workspace and GPUs. Two queries for all the jobs, none where no reason names a job."""
-    return reasons_read_by(reader, {job.pk: job.reason_message for job in jobs if job.reason_message})
+    return reasons_read_by(reader, {job.pk: job.shown_message for job in jobs if job.shown_message})
 
 
 def reasons_for_everyone(reasons: Mapping[int, str]) -> dict[int, str]:
@@ -247,4 +247,4 @@ def show_reasons_to(reader: Reader, jobs: Iterable[Job]) -> None:
     saves the jobs it shows."""
     shown = {job.pk: job for job in jobs}
     for pk, reason in reasons_as_seen(reader, shown.values()).items():
-        shown[pk].reason_message = reason
+        shown[pk].shown_message = reason

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Final
 
 from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist
 from django.db import models
 from django.db.models import Q
 
@@ -125,6 +126,65 @@ class Job(models.Model):
     @property
     def is_active(self) -> bool:
         return self.state in ACTIVE_STATES
+
+    @property
+    def shown_reason(self) -> tuple[str, str, int | None]:
+        """(code, message, position) as the job shows them: while pending, its PendingReason at
+        its revision (the engine's); else, or without one, its own columns. Read jobs with
+        `select_related("pending_reason")` (one join, no query per job)."""
+        shown: tuple[str, str, int | None] = (self.reason_code, self.reason_message, self.position)
+        if self.state == JobState.PENDING:
+            try:
+                reason = self.pending_reason
+            except ObjectDoesNotExist:
+                reason = None
+            if reason is not None and reason.revision == self.revision:
+                shown = (reason.code, reason.message, reason.position)
+        # A page shows the message as its reader may read it (scheduling.mentions.show_reasons_to).
+        told = self.__dict__.get("_told_message")
+        return shown if told is None else (shown[0], told, shown[2])
+
+    @property
+    def shown_code(self) -> str:
+        return self.shown_reason[0]
+
+    @property
+    def shown_message(self) -> str:
+        return self.shown_reason[1]
+
+    @shown_message.setter
+    def shown_message(self, told: str) -> None:
+        """For a page, not saved: the message as its reader may read it."""
+        self.__dict__["_told_message"] = told
+
+    @property
+    def shown_position(self) -> int | None:
+        return self.shown_reason[2]
+
+
+class PendingReason(models.Model):
+    """Why a pending job waits, as the last cycle's engine said it: its code, a sentence with the
+    numbers, its position in its quota's queue (SCHEDULING.md §8). A row of its own, not columns of
+    the job: a cycle rewrites the reasons of most pending jobs (all of them, 100,000 at S4, for a
+    fresh worker), and a narrow table with one index takes those writes for a fifth of the CPU
+    of rewriting the wide, nine-index job rows (docs/benchmarks-engine.md, "Pending reasons in a
+    table of their own"). A row counts only while its job is pending at `revision`: every move of
+    a job bumps its revision, so a row left behind is ignored, not deleted on the way (no
+    statement more in the admissions, evictions, cancels and ends; a job's row goes with it, and
+    the table holds at most one row per job that ever waited). No database constraint (its per-row check was
+    0.4 s of the 0.9 s at S4); the cascade is Django's, and the commit's own join on the job is the
+    guard. What is not the engine's (cancelling, preempted, a final message) stays on the job."""
+
+    job = models.OneToOneField(
+        Job, on_delete=models.CASCADE, primary_key=True, db_constraint=False, related_name="pending_reason"
+    )
+    revision = models.PositiveIntegerField()
+    code = models.CharField(max_length=50)
+    message = models.TextField()
+    position = models.PositiveIntegerField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.code}"
 
 
 class ReplicaPlacementRecord(models.Model):

@@ -177,9 +177,10 @@ def quota_detail(request: HttpRequest, quota_id: int) -> HttpResponse:
         # pending first, by queue position.
         live = Job.objects.filter(quota_id__in=selectors.subtree_ids(quota=quota), state__in=ACTIVE_STATES)
         jobs = restrict(scheduling_selectors.job_list(queryset=live), request.user, "view")
-        page = Paginator(jobs.order_by("state", "position", "submitted_at", "id"), JOBS_PER_PAGE).get_page(
-            request.GET.get("page")
+        ordered = scheduling_selectors.with_shown_reason(jobs).order_by(
+            "state", "shown_reason_position", "submitted_at", "id"
         )
+        page = Paginator(ordered, JOBS_PER_PAGE).get_page(request.GET.get("page"))
         # A waiting job's reason may name the job it waits behind: as this user may see it.
         page.object_list = list(page.object_list)
         mentions.show_reasons_to(request.user, page.object_list)

@@ -30,6 +30,7 @@ from scheduling.metrics_reads import (
     metrics_figures,
 )
 from scheduling.models import ACTIVE_STATES, CycleRecord, Job, JobEvent, JobState
+from scheduling.pending_reasons import with_shown_reason
 from scheduling.quota_figures import asked_gpus, quota_status_figures, quota_status_summary
 from scheduling.snapshot import JobSeen, SnapshotIndex, build_snapshot, job_key
 from scheduling.snapshot_rows import held_devices
@@ -39,7 +40,9 @@ from workspaces.permissions import usable_quotas
 def job_list(*, queryset: QuerySet[Job] | None = None) -> QuerySet[Job]:
     """Jobs with what their list and detail show, in a constant number of queries."""
     base = queryset if queryset is not None else Job.objects.all()
-    return base.select_related("workspace", "quota", "owner").prefetch_related("placements__node", *_slurm_jobs())
+    return base.select_related("workspace", "quota", "owner", "pending_reason").prefetch_related(
+        "placements__node", *_slurm_jobs()
+    )
 
 
 def _slurm_jobs() -> tuple[str, ...]:
@@ -85,10 +88,18 @@ def user_gpus_in_use(*, user_id: int, workspace_id: int, quota_id: int) -> float
 def live_job_rows(*, job_ids: Iterable[int]) -> list[dict[str, Any]]:
     """What a live page shows of these jobs right now (live topic changes), in one query."""
     labels = dict(JobState.choices)
-    rows = Job.objects.filter(pk__in=list(job_ids)).values(
-        "id", "state", "reason_code", "reason_message", "workspace_id", "quota_id", "allocated_gpus"
+    rows = with_shown_reason(Job.objects.filter(pk__in=list(job_ids))).values(
+        "id", "state", "shown_reason_code", "shown_reason_message", "workspace_id", "quota_id", "allocated_gpus"
     )
-    return [{**row, "state_display": str(labels.get(row["state"], row["state"]))} for row in rows]
+    return [
+        {
+            **row,
+            "reason_code": row.pop("shown_reason_code"),
+            "reason_message": row.pop("shown_reason_message"),
+            "state_display": str(labels.get(row["state"], row["state"])),
+        }
+        for row in rows
+    ]
 
 
 def scheduler_status(*, include_decisions: bool, executor: str, trigger_mode: str) -> dict[str, Any]:
@@ -149,7 +160,7 @@ def _sentence(text: str) -> str:
 def job_page_list(*, queryset: QuerySet[Job]) -> QuerySet[Job]:
     """What the Jobs page shows of each job: its names and state, no placements (the job page
     has those), so a page of 50 costs the same queries as a page of 5."""
-    return queryset.select_related("workspace", "quota", "owner").only(
+    return queryset.select_related("workspace", "quota", "owner", "pending_reason").only(
         "id",
         "name",
         "kind",
@@ -161,6 +172,11 @@ def job_page_list(*, queryset: QuerySet[Job]) -> QuerySet[Job]:
         "reason_code",
         "reason_message",
         "position",
+        "revision",
+        "pending_reason__revision",
+        "pending_reason__code",
+        "pending_reason__message",
+        "pending_reason__position",
         "submitted_at",
         "workspace__name",
         "quota__name",
@@ -204,4 +220,5 @@ __all__ = [
     "scheduler_status",
     "submission_quota_choices",
     "user_gpus_in_use",
+    "with_shown_reason",
 ]

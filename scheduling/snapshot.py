@@ -19,6 +19,7 @@ from django.db.models.expressions import RawSQL
 
 from scheduling import engine, snapshot_moves
 from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, ReplicaPlacementRecord
+from scheduling.pending_reasons import with_shown_reason
 from scheduling.snapshot_rows import (
     ENGINE_JOB_COLUMNS,
     GPUS_AT,
@@ -54,7 +55,8 @@ class JobSeen(NamedTuple):
 
 
 # What a snapshot keeps of each job beside its engine columns, to check a decision against at commit.
-SEEN_JOB_COLUMNS = ("name", "requeue", "revision", "reason_code", "reason_message", "position")
+# The reason is the one the job shows (scheduling.pending_reasons): annotate the query with it.
+SEEN_JOB_COLUMNS = ("name", "requeue", "revision", "shown_reason_code", "shown_reason_message", "shown_reason_position")
 
 
 def job_seen(row: tuple[Any, ...], version: str | None = None) -> JobSeen:
@@ -282,6 +284,7 @@ def _job_rows(ids: list[int] | None, *, moved: bool = False) -> list[tuple[Any, 
     elif moved:  # their order is the caller's (`_read_moved`)
         jobs = jobs.filter(pk__in=RawSQL(snapshot_moves.moved_subquery(), ())).order_by()
     jobs = jobs.annotate(submitted=Moment("submitted_at"), started=Moment("started_at"), evicted=Moment("evicted_at"))
+    jobs = with_shown_reason(jobs)
     if connection.vendor == "postgresql":
         # The workspace's name is among the engine columns: its row version belongs to the mark.
         _job, workspace, _placement = _tables()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from django.db import connection, transaction
 
-from scheduling.models import Job, ReplicaPlacementRecord
+from scheduling.models import Job, PendingReason, ReplicaPlacementRecord
 from workspaces.models import Workspace
 
 MOVED_TABLE = "scheduling_snapshot_moved_job"
@@ -43,13 +43,16 @@ def _triggers() -> dict[str, str]:
     """Each trigger's name and its CREATE statement."""
     qn = connection.ops.quote_name
     moved = qn(MOVED_TABLE)
-    job, placement, workspace = (model._meta.db_table for model in (Job, ReplicaPlacementRecord, Workspace))
+    job, placement, reason, workspace = (
+        model._meta.db_table for model in (Job, ReplicaPlacementRecord, PendingReason, Workspace)
+    )
     log = f"INSERT OR IGNORE INTO {moved} (job_id)"
     triggers: dict[str, str] = {}
     # An update logs the row's job as it is now, and as it was only where the statement sets the
     # job's id itself (a second insert per row cost the commit's thousands of updates a cycle).
     events = (("insert", "INSERT", "NEW"), ("update", "UPDATE", "NEW"), ("update_of_job", "UPDATE OF", "OLD"))
-    for table, column in ((job, "id"), (placement, "job_id")):
+    # A job's pending reason is read with it (scheduling.pending_reasons): its own table's writes log the job.
+    for table, column in ((job, "id"), (placement, "job_id"), (reason, "job_id")):
         for suffix, event, row in (*events, ("delete", "DELETE", "OLD")):
             name = qn(f"{MOVED_TABLE}_{table}_{suffix}")
             on = f"{event} {qn(column)} ON" if event == "UPDATE OF" else f"{event} ON"

@@ -277,7 +277,7 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
         if chosen.get("quota"):
             jobs = jobs.filter(quota=chosen["quota"])
         if chosen.get("state") == CANNOT_START:
-            jobs = jobs.filter(state=JobState.PENDING, reason_code=EXCEEDS_CLUSTER)
+            jobs = selectors.with_shown_reason(jobs).filter(state=JobState.PENDING, shown_reason_code=EXCEEDS_CLUSTER)
         elif chosen.get("state"):
             jobs = jobs.filter(state=chosen["state"])
         if chosen.get("kind"):

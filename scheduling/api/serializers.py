@@ -50,6 +50,8 @@ class JobSerializer(JsonTypedMixin, serializers.ModelSerializer[Job]):
         "empty for jobs of other executors."
     )
     reason = serializers.SerializerMethodField()
+    # Kept with the reason, in its own table (scheduling.pending_reasons): the job's `shown_position`.
+    position = serializers.IntegerField(source="shown_position", read_only=True, allow_null=True, min_value=0)
 
     class Meta:
         model = Job
@@ -100,13 +102,14 @@ class JobSerializer(JsonTypedMixin, serializers.ModelSerializer[Job]):
         return selectors.slurm_job_ids(job)
 
     def get_reason(self, job: Job) -> dict[str, str] | None:
-        if not job.reason_code:
+        code, message, _position = job.shown_reason
+        if not code:
             return None
         # The reason may name the job this one waits for or behind: as the reader may see it.
         shown: dict[int, str] | None = self.context.get("reasons")
         if shown is None or job.pk not in shown:
             shown = mentions.reasons_as_seen(_reader(self.context), [job])
-        return {"code": job.reason_code, "message": shown.get(job.pk, job.reason_message)}
+        return {"code": code, "message": shown.get(job.pk, message)}
 
 
 @extend_schema_field(

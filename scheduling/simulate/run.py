@@ -24,6 +24,7 @@ from scheduling import services as job_services
 from scheduling import triggers
 from scheduling.clock import SimulatedClock, use_clock
 from scheduling.models import Job, JobState, ReplicaPlacementRecord
+from scheduling.pending_reasons import with_shown_reason
 from scheduling.simulate.collector import batch_collection
 from scheduling.simulate.cycle_lock import InProcessCycleLock
 from scheduling.simulate.resources import resource_figures
@@ -372,16 +373,16 @@ class ScenarioRunner:
             reason_code,
             reason_message,
             position,
-        ) in Job.objects.order_by("id").values_list(
+        ) in with_shown_reason(Job.objects.order_by("id")).values_list(
             "id",
             "state",
             "quota_id",
             "allocated_gpus",
             "running_replicas",
             "preemptions",
-            "reason_code",
-            "reason_message",
-            "position",
+            "shown_reason_code",  # the pending reason is in a table of its own (scheduling.pending_reasons)
+            "shown_reason_message",
+            "shown_reason_position",
         ):
             job_name = by_pk.get(job_id)
             if job_name is None:

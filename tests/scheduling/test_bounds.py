@@ -79,8 +79,8 @@ def test_the_largest_job_allowed_waits_as_exceeding_the_cluster_with_readable_fi
     cluster: Cluster, django_capture_on_commit_callbacks: Any
 ) -> None:
     with django_capture_on_commit_callbacks(execute=True):
-        job = cluster.submit("huge", gpus=bounds.JOB_GPUS_MAX, replicas=bounds.JOB_REPLICAS_MAX)
+        cluster.submit("huge", gpus=bounds.JOB_GPUS_MAX, replicas=bounds.JOB_REPLICAS_MAX)
 
     waiting = cluster.job("huge")
-    assert (waiting.state, waiting.reason_code) == ("pending", "exceeds_cluster")
-    assert waiting.reason_message == "needs 10,000 GPUs on one node; the largest node has 8", job.reason_message
+    assert (waiting.state, waiting.shown_code) == ("pending", "exceeds_cluster")
+    assert waiting.shown_message == "needs 10,000 GPUs on one node; the largest node has 8", waiting.shown_message

@@ -54,7 +54,7 @@ def test_submitted_it_is_listed_under_cannot_start_and_its_page_says_why(world: 
     assert dave.post("/jobs/new/", job_form(name="wide", gpus="12")).status_code == 302
     job_services.converge()  # the cycle its commit asks for (the test's transaction never commits)
     wide = Job.objects.get(name="wide")
-    assert (wide.state, wide.reason_code) == ("pending", "exceeds_cluster")
+    assert (wide.state, wide.shown_code) == ("pending", "exceeds_cluster")
 
     listed = dave.get("/jobs/?state=cannot_start").content.decode()
     # huge-b (5 × 8 GPUs on a 32-GPU pool) cannot start either; train-b runs and is left out.

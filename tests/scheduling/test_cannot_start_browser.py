@@ -74,7 +74,7 @@ def test_a_job_larger_than_every_node_cannot_start_and_is_listed_as_such(
     expect(page.get_by_role("heading", name="wide")).to_be_visible()
     expect(page.get_by_text("Why it cannot start")).to_be_visible()
     expect(page.get_by_test_id("reason")).to_contain_text("Cannot start: needs 12 GPUs on one node")
-    assert Job.objects.get(name="wide").reason_code == "exceeds_cluster"
+    assert Job.objects.get(name="wide").shown_code == "exceeds_cluster"
     _shoot(page, "job", reload=True)
 
     page.get_by_role("link", name="← Jobs").click()

@@ -298,7 +298,7 @@ def test_a_waiting_job_shows_its_reason_and_queue_position(world: dict[str, Abst
     job = Job.objects.get(name="huge-b")
     page = client_as("dave").get(f"/jobs/{job.pk}/").content.decode()
     assert "#1 in Quota1.1's queue" in page
-    assert job.reason_message in page.replace("&#x27;", "'")
+    assert job.shown_message in page.replace("&#x27;", "'")
 
 
 def test_cancel_previews_then_confirms(world: dict[str, AbstractUser]) -> None:

@@ -61,7 +61,7 @@ def test_the_reasons_a_cycle_writes_stay_on_the_jobs_pages() -> None:
     run_cycle(trigger="test")
 
     waiting = Job.objects.filter(pk__in=first_page)
-    assert all(job.state == JobState.PENDING and job.reason_code == "exceeds_cluster" for job in waiting)
+    assert all(job.state == JobState.PENDING and job.shown_code == "exceeds_cluster" for job in waiting)
     after = pages_of_jobs()
     stayed = [pk for pk in first_page if after[pk] == 0]
     # Page 0 was filled by the bulk insert; at the default fillfactor no new version fits on it.

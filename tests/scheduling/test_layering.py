@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "clock",
                 "lock",
                 "bulk",
+                "pending_reasons",
                 "beat",
                 "history",
                 "gc_pauses",

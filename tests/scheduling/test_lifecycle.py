@@ -90,7 +90,7 @@ def test_a_submitted_job_is_admitted_placed_and_started(cluster: Cluster) -> Non
     assert kinds(job) == ["submitted", "admitted", "started"]
     placements = list(ReplicaPlacementRecord.objects.filter(job=job))
     assert sum(len(p.devices) for p in placements) == 8
-    assert job.reason_code == "" and job.position is None
+    assert job.shown_code == "" and job.shown_position is None
 
 
 def test_a_job_that_cannot_run_waits_with_a_reason_and_a_position(cluster: Cluster) -> None:
@@ -98,9 +98,9 @@ def test_a_job_that_cannot_run_waits_with_a_reason_and_a_position(cluster: Clust
     services.converge()
     job = cluster.job("huge")
     assert job.state == JobState.PENDING
-    assert job.reason_code == "exceeds_cluster"
-    assert "24" in job.reason_message and "16" in job.reason_message
-    assert job.position == 1
+    assert job.shown_code == "exceeds_cluster"
+    assert "24" in job.shown_message and "16" in job.shown_message
+    assert job.shown_position == 1
 
 
 def test_a_job_with_a_duration_finishes_by_itself_and_frees_its_gpus() -> None:
@@ -149,7 +149,7 @@ def test_reclaim_with_a_grace_period_releases_after_it_and_requeues() -> None:
         evicted = JobEvent.objects.get(job=borrower, kind="evicted")
         assert evicted.rule == "reclaim" and evicted.beneficiary_id == cluster.jobs["owner"].pk
         owner = cluster.job("owner")
-        assert (owner.state, owner.reason_code) == (JobState.PENDING, "waiting_for_eviction")
+        assert (owner.state, owner.shown_code) == (JobState.PENDING, "waiting_for_eviction")
 
         clock.advance(29)
         services.converge()

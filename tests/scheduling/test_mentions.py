@@ -159,9 +159,7 @@ def two_workspaces(cluster: Cluster, make_user: Any) -> dict[str, Any]:
     return {**users, "lab-c": lab_c}
 
 
-def test_each_reader_sees_the_names_restrict_lets_them_open(
-    cluster: Cluster, two_workspaces: dict[str, Any]
-) -> None:
+def test_each_reader_sees_the_names_restrict_lets_them_open(cluster: Cluster, two_workspaces: dict[str, Any]) -> None:
     own = cluster.submit("own", "team-a", gpus=2, actor=two_workspaces["dana"])
     foreign = cluster.submit("foreign", "team-b", gpus=1, workspace=two_workspaces["lab-c"])
     pks = {own.pk, foreign.pk}
@@ -241,7 +239,7 @@ def behind_a_foreign_job(cluster: Cluster, two_workspaces: dict[str, Any]) -> di
     cluster.submit("small", "team-b", gpus=1, actor=two_workspaces["dana"])
     services.converge()
     big = cluster.job("big-c")
-    waiting = cluster.job("small").reason_message
+    waiting = cluster.job("small").shown_message
     assert waiting == f"team-b is a fifo queue: waits behind {big.pk}, which does not fit yet"
     return two_workspaces
 
@@ -276,4 +274,4 @@ def test_a_reason_names_the_foreign_job_it_waits_behind_by_quota_and_workspace(
     # A platform admin reads the id, as the scheduler wrote it.
     root = APIClient()
     root.force_authenticate(user=behind_a_foreign_job["root"])
-    assert root.get(f"/api/v1/jobs/{small.pk}/").json()["reason"]["message"] == small.reason_message
+    assert root.get(f"/api/v1/jobs/{small.pk}/").json()["reason"]["message"] == small.shown_message

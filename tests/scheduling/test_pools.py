@@ -59,7 +59,7 @@ def test_one_cycle_places_each_job_on_its_quotas_pool_and_lends_nothing_across(
 
     assert (cluster.state("batch-1"), nodes_of(cluster.job("batch-1"))) == ("running", {"a-1"})
     assert cluster.state("batch-2") == "pending"
-    assert cluster.job("batch-2").reason_code == "insufficient_capacity"
+    assert cluster.job("batch-2").shown_code == "insufficient_capacity"
     assert nodes_of(cluster.job("vision")) <= {"gpu-1", "gpu-2"}
 
 

@@ -112,14 +112,14 @@ def test_renamed_quotas_and_nodes_make_a_full_read(busy: Cluster) -> None:
 
 
 def test_the_reasons_a_commit_wrote_are_not_read_again(busy: Cluster) -> None:
-    """The commit writes a reason only to the row version the snapshot read and hands the new
-    versions to the snapshot's memory: the next snapshot reads none of them, and is right."""
+    """The commit writes reasons into their own table, not the job rows, and hands them to the
+    snapshot's memory: the next snapshot reads none of those jobs again, and is right."""
     busy.submit("fourth", "team-b", gpus=4, priority=9)  # first in team-b's queue: the others move back
     outcome = run_cycle(trigger="test")
     assert outcome.committed
     fourth = Job.objects.get(pk=busy.jobs["fourth"].pk)
-    assert fourth.state == JobState.PENDING and fourth.reason_code and fourth.position == 1
+    assert fourth.state == JobState.PENDING and fourth.shown_code and fourth.shown_position == 1
     snapshot, index = incremental()
     assert index.jobs_read == 0
-    assert index.jobs[str(fourth.pk)].reason_message == fourth.reason_message
+    assert index.jobs[str(fourth.pk)].reason_message == fourth.shown_message
     same_as_a_full_read(snapshot, index)

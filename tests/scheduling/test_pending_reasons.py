@@ -1,0 +1,69 @@
+"""Pending reasons in their own table (scheduling.pending_reasons, issue 26): the cycle writes a
+waiting job's reason there, not into the job's row; every reader shows it (the job, the API, the
+snapshot); a reason left behind by a job that moved on is ignored; the write is guarded by the
+revision the snapshot saw. On SQLite and PostgreSQL alike (the write takes a path of its own on each)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.db.models import F
+from django.test.utils import CaptureQueriesContext
+from rest_framework.test import APIClient
+
+from scheduling import pending_reasons, services
+from scheduling.models import Job, JobState, PendingReason
+from scheduling.selectors import job_list
+from tests.scheduling.conftest import Cluster
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_waiting_jobs_reason_round_trips_through_its_own_table(cluster: Cluster, platform_admin: object) -> None:
+    cluster.submit("filler", gpus=8)
+    cluster.submit("waiter", gpus=8, replicas=2, priority=3)
+    services.converge()
+    waiter = cluster.job("waiter")
+    assert waiter.state == JobState.PENDING
+    stored = PendingReason.objects.get(job_id=waiter.pk)
+    assert stored.revision == waiter.revision and stored.code and stored.message and stored.position == 1
+    # Not in the job's own columns: the job row was not rewritten for it.
+    assert (waiter.reason_code, waiter.reason_message, waiter.position) == ("", "", None)
+    assert waiter.shown_reason == (stored.code, stored.message, 1)
+    annotated = pending_reasons.with_shown_reason(Job.objects.filter(pk=waiter.pk))
+    assert annotated.values_list("shown_reason_code", "shown_reason_position").get() == (stored.code, 1)
+
+    api = APIClient()
+    api.force_authenticate(platform_admin)  # type: ignore[arg-type]
+    shown = api.get(f"/api/v1/jobs/{waiter.pk}/").json()
+    assert shown["reason"] == {"code": stored.code, "message": stored.message} and shown["position"] == 1
+    listed = api.get(f"/api/v1/jobs/?reason={stored.code}").json()["results"]
+    assert [job["name"] for job in listed] == ["waiter"]
+
+    # A reason left behind is ignored: the job moved on (its revision with it).
+    Job.objects.filter(pk=waiter.pk).update(revision=F("revision") + 1)
+    assert cluster.job("waiter").shown_reason == ("", "", None)
+    assert api.get(f"/api/v1/jobs/?reason={stored.code}").json()["results"] == []
+
+
+def test_the_write_is_guarded_by_the_revision_seen(cluster: Cluster) -> None:
+    job = cluster.submit("waiter", gpus=16)
+    services.converge()
+    revision = cluster.job("waiter").revision
+    assert pending_reasons.write([(job.pk, revision + 1, "no_fit", "stale", 4)]) == []
+    assert PendingReason.objects.get(job_id=job.pk).message != "stale"
+    assert pending_reasons.write([(job.pk, revision, "no_fit", "fresh", 4)]) == [job.pk]
+    assert cluster.job("waiter").shown_reason == ("no_fit", "fresh", 4)
+
+
+def test_a_page_of_jobs_reads_their_reasons_in_the_same_query(cluster: Cluster) -> None:
+    for number in range(5):
+        cluster.submit(f"waiter-{number}", gpus=16)
+    services.converge()
+    with CaptureQueriesContext(connection) as queries:
+        jobs = list(job_list(queryset=Job.objects.filter(state=JobState.PENDING)))
+        shown = [job.shown_reason for job in jobs]
+    assert len(shown) == 5 and all(code for code, _message, _position in shown)
+    # One query for the jobs and their reasons (a join), one per prefetch: none per job.
+    assert len(queries) <= 3
+    assert not any(query["sql"].startswith('SELECT "scheduling_pendingreason"') for query in queries)
