@@ -21,6 +21,7 @@ from scheduling.models import (
     Job,
     JobEvent,
     JobLog,
+    PendingReason,
     ReplicaPlacementRecord,
     ResourceFairShare,
     SchedulerFence,
@@ -76,6 +77,16 @@ class PlacementAdmin(ReadOnlyAdmin):
     list_select_related = ["job", "node"]
     list_filter = ["node"]
     search_fields = ["job__name", "node__name"]
+
+
+@admin.register(PendingReason)
+class PendingReasonAdmin(ReadOnlyAdmin):
+    """The engine's last word on a waiting job; it counts only at its job's revision (scheduling.pending_reasons)."""
+
+    list_display = ["job", "revision", "code", "position", "message"]
+    list_select_related = ["job"]
+    list_filter = ["code"]
+    search_fields = ["job__name", "code"]
 
 
 @admin.register(JobEvent)
