@@ -221,9 +221,9 @@ def _job_part(mark: str | None) -> str | None:
 
 def reasons_written(written: list[tuple[int, str, str, str, str, int | None]]) -> None:
     """After a commit: the pending jobs whose reason it wrote, each (id, the row's version before
-    and after, reason code, message, position), written only where the row was the version the
-    snapshot read (scheduling.commit_rows). The next snapshot takes them as they are now, not
-    reading them again; a row moved since has another version and is read."""
+    and after: the same, the reasons having a table of their own, scheduling.pending_reasons;
+    reason code, message, position). The next snapshot takes them as they are now, not reading
+    them again; a row moved since has another version and is read."""
     database, node_names, quota_names, known = _memory.read
     if not written or not known:
         return
