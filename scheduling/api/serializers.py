@@ -51,7 +51,7 @@ class JobSerializer(JsonTypedMixin, serializers.ModelSerializer[Job]):
     )
     reason = serializers.SerializerMethodField()
     # Kept with the reason, in its own table (scheduling.pending_reasons): the job's `shown_position`.
-    position = serializers.IntegerField(source="shown_position", read_only=True, allow_null=True, min_value=0)
+    position = serializers.IntegerField(source="shown_position", read_only=True, allow_null=True)
 
     class Meta:
         model = Job
