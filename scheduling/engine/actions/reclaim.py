@@ -21,7 +21,7 @@ from scheduling.engine.actions import reserve
 from scheduling.engine.actions.excess import excess_heap, leaves_by_excess
 from scheduling.engine.actions.preempt import in_quota_rule, preemption_candidates, preemption_reason, preemption_rule
 from scheduling.engine.cluster import Placement
-from scheduling.engine.policies import RULE_ORDER, no_smaller, victim_key
+from scheduling.engine.policies import RULE_ORDER, victim_key
 from scheduling.engine.resource_rules import excess, over_figure, victim_over, within
 from scheduling.engine.resources import ENTITLED, FAIR_SHARE, GUARANTEE
 from scheduling.engine.session import Session, Unit
@@ -87,32 +87,53 @@ def reclaim_and_preempt(session: Session) -> None:
     share = session.snapshot.bound_share
     most_found = bounds.share_of(bounds.MAX_VICTIM_SEARCHES, share)
     most_missed = bounds.share_of(bounds.MAX_FAILED_CANDIDATES, share)
+    # Locals and a signature built only when it is compared or kept: the loop walks every tried
+    # job (7,000 a cycle when simulate's S3 fills up), and most of them never search.
+    state = session.state
+    promised = session.promised
+    reasons = session.reasons
+    fifo = tree.fifo
+    replica_milli = session.replica_milli
+    admit_count = session.admit_count
     for job in session.tried:
         if found >= most_found or missed_candidates >= most_missed:
             break
-        if session.state[job] != PENDING or session.promised[job]:
+        if state[job] != PENDING or promised[job]:
             continue
-        code = session.reasons.get(job, ("",))[0]
-        if code in _NO_SEARCH:
+        reason = reasons.get(job)
+        if reason is not None and reason[0] in _NO_SEARCH:
             continue
-        leaf = session.job_leaf[job]
-        if tree.fifo[leaf]:
+        leaf = job_leaf[job]
+        if fifo[leaf]:
             if leaf in blocked_fifo:
                 continue
             blocked_fifo.add(leaf)
-        spec = session.jobs[job]
-        signature = (spec.priority, session.replica_milli[job], session.admit_count[job], spec.cpu, spec.memory_gib)
-        if any(f[0] >= signature[0] and no_smaller(signature, f) for f in failed.get(leaf, ())):
-            continue
+        spec = jobs[job]
+        earlier = failed.get(leaf)
+        if earlier is not None:
+            # no_smaller, inlined: an earlier failure no more urgent and no larger in any figure
+            priority, milli, count, cpu, memory = (
+                spec.priority,
+                replica_milli[job],
+                admit_count[job],
+                spec.cpu,
+                spec.memory_gib,
+            )
+            if any(
+                f[0] >= priority and milli >= f[1] and count >= f[2] and cpu >= f[3] and memory >= f[4]
+                for f in earlier
+            ):
+                continue
         if not may_search(session, job):
             continue
         success, examined = reserve.search_with_hold(session, job, search_victims)
         if success:
             found += 1
-            if session.state[job] == RUNNING:
-                session.reasons.pop(job, None)
+            if state[job] == RUNNING:
+                reasons.pop(job, None)
         else:
             missed_candidates += max(1, examined)
+            signature = (spec.priority, replica_milli[job], admit_count[job], spec.cpu, spec.memory_gib)
             failed.setdefault(leaf, []).append(signature)
 
 
@@ -281,9 +302,13 @@ def fits_with_victims(
     session: Session, job: int, taken: list[tuple[Unit, tuple[str, int, str]]]
 ) -> list[Placement] | None:
     """Beneficiary-side conditions on the current state, then a gang placement."""
+    need = session.needs[job]
+    # Read first: the common failure (the victims taken so far free too little), and every check
+    # below only reads, so their order does not change the answer.
+    if session.cluster.free_total < need:
+        return None
     tree = session.tree
     leaf = session.job_leaf[job]
-    need = session.needs[job]
     alloc = session.allocated
     chain = tree.chain[leaf]
     guard = session.guard
@@ -304,8 +329,6 @@ def fits_with_victims(
             if alloc[parent] + need > tree.guaranteed[parent]:
                 return None
     if session.resources and not resource_rules.beneficiary_within(session, job, chain, taken):
-        return None
-    if session.cluster.free_total < need:
         return None
     return session.place_gang(job, session.admit_count[job])
 
