@@ -120,8 +120,7 @@ def reclaim_and_preempt(session: Session) -> None:
                 spec.memory_gib,
             )
             if any(
-                f[0] >= priority and milli >= f[1] and count >= f[2] and cpu >= f[3] and memory >= f[4]
-                for f in earlier
+                f[0] >= priority and milli >= f[1] and count >= f[2] and cpu >= f[3] and memory >= f[4] for f in earlier
             ):
                 continue
         if not may_search(session, job):

@@ -99,23 +99,9 @@ def entitlement(session: Session, job: int) -> int:
     return BORROWER
 
 
-def may_use(session: Session, job: int, level: int, kept: Hold) -> bool:
-    """Whether the job may take GPUs of the reservation `kept` (see the module)."""
-    if not kept.devices or kept.job == job:
-        return False
-    if level < kept.level and (level == GUARANTEED or kept.leaf != session.job_leaf[job]):
-        return True  # more entitled; behind it in its own queue, only within the guarantee (§5)
-    spec = session.jobs[job]
-    return (
-        spec.duration is not None
-        and session.now + spec.duration <= kept.start
-        and session.needs[job] < session.needs[kept.job]
-    )
-
-
 def open_to(session: Session, level: int) -> bool:
     """Whether a job of this entitlement may find GPUs on reservations when none is free: some
-    reservation is less entitled (`may_use`), or a pending job has a known duration (it may end
+    reservation is less entitled (`usable`), or a pending job has a known duration (it may end
     before a reservation starts). The actions stop looking once nothing is free and this is not
     so, as they did before reservations."""
     res = session.reservations
@@ -134,7 +120,7 @@ def open_to(session: Session, level: int) -> bool:
 def hold_head(session: Session, job: int) -> None:
     """`hold` for the head of a quota's queue passed over until the borrowers' pass, even where
     it fits now: the jobs behind it in its own quota would otherwise take those GPUs first, as
-    entitled jobs, again and again. Only those within the guarantee still may (`may_use`). It
+    entitled jobs, again and again. Only those within the guarantee still may (`usable`). It
     uses its own reservation in that pass (`backfill`)."""
     hold(session, job)
 
@@ -305,14 +291,32 @@ def backfill(session: Session, job: int) -> list[Placement] | None:
 
 
 def usable(session: Session, job: int) -> list[Hold]:
-    """The reservations whose GPUs the job may take: its own, and those it cannot delay."""
+    """The reservations whose GPUs the job may take: its own, and those it cannot delay (see
+    the module): one whose job is less entitled, passed by a job of another quota, or by one
+    behind it in its own quota only within the guarantee (§5); or any, by a job known to end
+    before the reservation starts and asking fewer GPUs than its job."""
     res = session.reservations
     if res is None or not res.held:
         return []
+    # One loop, the job's figures read once: every victim search asks (800 a cycle when
+    # simulate's S3 fills up), over up to MAX_RESERVATIONS reservations.
     level = entitlement(session, job)
-    return [
-        kept for kept in res.holds.values() if kept.devices and (kept.job == job or may_use(session, job, level, kept))
-    ]
+    leaf = session.job_leaf[job]
+    needs = session.needs
+    need = needs[job]
+    duration = session.jobs[job].duration
+    ends = None if duration is None else session.now + duration
+    found = []
+    for kept in res.holds.values():
+        if not kept.devices:
+            continue
+        if (
+            kept.job == job
+            or (level < kept.level and (level == GUARANTEED or kept.leaf != leaf))
+            or (ends is not None and ends <= kept.start and need < needs[kept.job])
+        ):
+            found.append(kept)
+    return found
 
 
 def room_for(session: Session, job: int) -> bool:
