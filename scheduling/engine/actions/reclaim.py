@@ -89,12 +89,8 @@ def reclaim_and_preempt(session: Session) -> None:
     most_missed = bounds.share_of(bounds.MAX_FAILED_CANDIDATES, share)
     # Locals and a signature built only when it is compared or kept: the loop walks every tried
     # job (7,000 a cycle when simulate's S3 fills up), and most of them never search.
-    state = session.state
-    promised = session.promised
-    reasons = session.reasons
-    fifo = tree.fifo
-    replica_milli = session.replica_milli
-    admit_count = session.admit_count
+    promised, reasons, fifo = session.promised, session.reasons, tree.fifo
+    replica_milli, admit_count = session.replica_milli, session.admit_count
     for job in session.tried:
         if found >= most_found or missed_candidates >= most_missed:
             break
@@ -111,7 +107,7 @@ def reclaim_and_preempt(session: Session) -> None:
         spec = jobs[job]
         earlier = failed.get(leaf)
         if earlier is not None:
-            # no_smaller, inlined: an earlier failure no more urgent and no larger in any figure
+            # policies.no_smaller, inlined: a failure no more urgent and no larger in any figure
             priority, milli, count, cpu, memory = (
                 spec.priority,
                 replica_milli[job],
