@@ -23,7 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The tree timed is the one it is run from (its root): a capture made in one tree replays in
+# another with this file (`python /path/to/runtime_simulate_engine.py --replay FILE`).
+sys.path.insert(0, str(Path.cwd()))
 
 CYCLES = (12, 34, 47, 56, 61)  # of the 62 the run takes (1 at set-up, 61 after the bursts)
 
