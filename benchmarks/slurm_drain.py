@@ -354,6 +354,22 @@ def console_phases(queued: list[int], began_wall: float, seconds: float, slots: 
     )
 
 
+def agent_phases(queued: list[int], part: str) -> None:
+    """(c): admission -> the agent's first report of the process (its `started` event: the beat
+    after the answer that asked for the start) -> the end recorded (the beat that carried the exit)."""
+    from scheduling.models import Job, JobEvent
+
+    admitted = dict(Job.objects.filter(pk__in=queued).values_list("pk", "started_at"))
+    finished = dict(Job.objects.filter(pk__in=queued).values_list("pk", "finished_at"))
+    reported: dict[int, datetime] = {}
+    for job_id, at in JobEvent.objects.filter(job_id__in=queued, kind="started").values_list("job_id", "at"):
+        reported.setdefault(job_id, at)
+    to_report = [(at - start).total_seconds() for pk, at in reported.items() if (start := admitted.get(pk))]
+    to_end = [(end - at).total_seconds() for pk, at in reported.items() if (end := finished.get(pk))]
+    say(f"({part}) admitted -> the agent reported the process: {spread(to_report)}")
+    say(f"({part}) the agent reported it -> the end recorded: {spread(to_end)}")
+
+
 def slurm_phases(cluster: SlurmCluster, queued: list[int], part: str) -> None:
     """(b): admission → sbatch answered → Slurm's start → Slurm's end → the console saw it → the job
     ended in the console, from the console's rows and squeue's times (whole seconds)."""
@@ -466,6 +482,8 @@ def drain(
     console_phases(queued, began_wall, seconds, args.nodes * GPUS, part)
     if cluster is not None:
         slurm_phases(cluster, queued, part)
+    else:
+        agent_phases(queued, part)
     return Figure(part, args.jobs, ended, seconds, ended - counts.get("succeeded", 0))
 
 

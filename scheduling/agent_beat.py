@@ -19,7 +19,7 @@ from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from quotas.models import Node, NodeAgent
+from quotas.models import Node, NodeAgent, NodeExecutor, NodeState
 from quotas.node_agents import NodeTokenRevoked, forget_token
 from scheduling.models import (
     AgentProcess,
@@ -210,6 +210,15 @@ def _read_beat(
         process.exited_at = _moment(process.exited_at)
         processes[process.replica] = process
     return placements, processes
+
+
+def has_free_device(node: Node, placements: Mapping[int, Mapping[str, Any]], ended: Collection[int]) -> bool:
+    """Whether a device of this ready agent node holds no placement but those of `ended` jobs (a
+    fraction counts as held): what a cycle could place there."""
+    if node.executor != NodeExecutor.AGENT or node.state != NodeState.READY:
+        return False
+    held = {device for row in placements.values() if row["job_id"] not in ended for device in row["devices"] or ()}
+    return len(held) < node.gpus
 
 
 def replica_ranks(job_ids: Iterable[int]) -> dict[int, int]:

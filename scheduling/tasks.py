@@ -23,8 +23,9 @@ logger = logging.getLogger(__name__)
 def run_scheduling_cycle(trigger: str = "event") -> dict[str, Any]:
     if trigger == "beat" and changes.nothing_to_do(get_clock().now()):
         return {"ran": False, "committed": False, "trigger": trigger, "refused": "unchanged"}
-    triggers.clear_request()
-    outcome = run_cycle(trigger=trigger)
+    with triggers.cycle_running():
+        triggers.clear_request()
+        outcome = run_cycle(trigger=trigger)
     if not outcome.ran:
         # Another cycle held the lock all along; it may have read its snapshot before our
         # change, so ask again rather than lose the trigger.

@@ -110,6 +110,62 @@ def _queue_task(reason: str) -> bool:
     return True
 
 
+def running_key() -> str:
+    return f"{redis_prefix()}cycle-running"
+
+
+def freed_key(node_id: int) -> str:
+    return f"{redis_prefix()}freed-{node_id}"
+
+
+def _mark_seconds() -> int:
+    # Long enough for a queued cycle to run on a loaded machine; a mark left by a killed worker
+    # only asks agents back sooner for this long.
+    return max(2, int(float(getattr(settings, "SCHEDULER_BEAT_SECONDS", 5.0)) * 2))
+
+
+@contextmanager
+def cycle_running() -> Iterator[None]:
+    """Marks a cycle as running (celery mode) so that agent beats meanwhile know one is on its way
+    (cycle_on_its_way): the request key is gone from the cycle's start to its commit."""
+    if trigger_mode() != "celery":
+        yield
+        return
+    client = None
+    with contextlib.suppress(Exception):  # Redis away: no mark, the agents beat at their own pace
+        client = redis_client()
+        client.set(running_key(), "1", ex=_mark_seconds())
+    try:
+        yield
+    finally:
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.delete(running_key())
+
+
+def mark_freed(node_id: int) -> None:
+    """A beat freed devices on this node: its next beats follow up sooner while a cycle is on its way."""
+    if trigger_mode() != "celery":
+        return  # inline: the cycle has run before the answer; none: nobody runs one
+    try:
+        redis_client().set(freed_key(node_id), "1", ex=_mark_seconds())
+    except Exception as error:  # noqa: BLE001 (whatever Redis raises, the beat stands)
+        logger.warning("could not mark node %s as freed: %s", node_id, error)
+
+
+def cycle_on_its_way(node_id: int) -> bool:
+    """Whether `node_id` freed devices lately (mark_freed) and a cycle is requested or running: what
+    that cycle places there would otherwise wait for the agent's next regular beat. One round trip."""
+    if trigger_mode() != "celery":
+        return False
+    try:
+        freed, requested, running = redis_client().mget(freed_key(node_id), requested_key(), running_key())
+    except Exception as error:  # noqa: BLE001 (whatever Redis raises, the beat is answered)
+        logger.warning("could not read whether a cycle is on its way: %s", error)
+        return False
+    return freed is not None and (requested is not None or running is not None)
+
+
 def clear_request() -> None:
     """The task calls this before it reads its snapshot, so later requests queue a fresh cycle."""
     try:

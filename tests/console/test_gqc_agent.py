@@ -154,3 +154,45 @@ def test_beats_come_a_heartbeat_apart_give_or_take_a_tenth() -> None:
     assert all(5.0 * (1 - BEAT_JITTER) <= delay <= 5.0 * (1 + BEAT_JITTER) for delay in delays)
     # Spread over the whole band, so agents answered together drift apart within a few beats.
     assert max(delays) - min(delays) > 5.0 * BEAT_JITTER
+
+
+def test_a_childs_exit_ends_the_agents_sleep_at_once() -> None:
+    """The loop sleeps until its next beat (no polling); SIGCHLD wakes it when a process ends."""
+    from gqc.replicas import child_wakeups
+
+    with child_wakeups() as sleep:
+        child = subprocess.Popen(["sh", "-c", "sleep 0.2"])
+        began = time.monotonic()
+        sleep(10.0)
+        assert time.monotonic() - began < 5.0
+        child.wait()
+        began = time.monotonic()
+        sleep(0.1)  # nothing more to wake it: the whole time
+        assert time.monotonic() - began >= 0.09
+
+
+def test_the_run_loop_reports_exits_soon_and_together(tmp_path: Path) -> None:
+    """Replicas started by one answer and ending together are reported in one beat, well before
+    the heartbeat (30 s here), though the loop no longer polls every 0.1 s."""
+    beats: list[tuple[float, dict[str, Any]]] = []
+    agent: Agent | None = None
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        import json
+
+        body = json.loads(request.content)
+        if request.url.path.endswith("/register/"):
+            return httpx.Response(200, json={"heartbeat_seconds": 30, "mismatch": []})
+        beats.append((time.monotonic(), body))
+        starts = [_start(r, "sleep 0.3") for r in (1, 2)] if len(beats) == 1 else []
+        if any(process["state"] == "exited" for process in body["processes"]):
+            assert agent is not None
+            agent.stopping = True
+        return httpx.Response(200, json={"starts": starts, "stops": [], "heartbeat_seconds": 30})
+
+    client = httpx.Client(base_url="http://console", transport=httpx.MockTransport(handler))
+    agent = Agent(server="", node="n1", token="t", gpus=FakeGpus(2, "n1"), state_dir=tmp_path, client=client)
+    agent.run()
+    (asked, _first), *_middle, (reported, last) = beats
+    assert reported - asked < 5.0  # not the 30 s heartbeat
+    assert sorted((p["replica"], p["state"]) for p in last["processes"]) == [(1, "exited"), (2, "exited")]
