@@ -26,7 +26,6 @@ import contextlib
 import json
 import logging
 import os
-import random
 import signal
 import subprocess
 import time
@@ -38,6 +37,9 @@ import httpx
 
 from gqc import __version__
 from gqc.gpus import Gpus
+from gqc.pace import BEAT_JITTER as BEAT_JITTER
+from gqc.pace import EXIT_GATHER_SECONDS, IDLE_SECONDS, POLL_SECONDS
+from gqc.pace import beat_delay as beat_delay
 from gqc.replicas import LOG_LINES_PER_BEAT as LOG_LINES_PER_BEAT
 from gqc.replicas import Replica, _alive, _start_time, child_wakeups, new_log
 
@@ -51,20 +53,6 @@ IDENTITY_FILE = "identity.json"
 SET_ASIDE = "set-aside"
 # The exit code reported for a process that vanished without one (killed with its wrapper).
 EXIT_UNKNOWN = 255
-# How often the loop looks at processes no SIGCHLD tells it about (adopted after a restart, another
-# console's being stopped) and at stop deadlines. Its own children wake it at once (SIGCHLD), so
-# an agent whose processes are all its children sleeps until the next beat, at most IDLE_SECONDS:
-# polling every 0.1 s cost 2.3 ms of CPU a second per agent, 0.6 of a core for 256 agents.
-POLL_SECONDS = 0.1
-IDLE_SECONDS = 1.0
-# An exit is reported this soon rather than at once: the replicas started by one answer often end
-# together, and one beat carrying all their exits costs the console one write instead of several.
-EXIT_GATHER_SECONDS = 0.2
-# Each beat comes a heartbeat later, give or take this share of it. Agents whose beats were
-# answered together (after the console was slow or away) would otherwise beat in step for good:
-# a thousand of them at once every few seconds, and next to nothing in between.
-BEAT_JITTER = 0.1
-
 # The wrapper: waits for the command through SIGTERM (deferred trap), then records its exit code.
 # Written in place, without a rename: the agent reads the file only once the wrapper has exited,
 # so it never sees half of it (an `mv` was one more exec a job, about 1 ms of CPU); a file left
@@ -442,8 +430,3 @@ class Agent:
 
     def _stop_running(self, signum: int, frame: object) -> None:
         self.stopping = True
-
-
-def beat_delay(heartbeat_seconds: float) -> float:
-    """Seconds until the next beat: the heartbeat, give or take BEAT_JITTER of it."""
-    return heartbeat_seconds * random.uniform(1 - BEAT_JITTER, 1 + BEAT_JITTER)
