@@ -50,13 +50,53 @@ class _Applied:
     evicted_ids: list[int] = field(default_factory=list)
 
 
+class DeferredReasons:
+    """Pending reasons kept in memory across the cycles of one converge, written once at its end
+    (`flush`): the mode of simulate, whose database is its own, where nothing reads a stored
+    reason between two cycles but the next commit, to write only what changed (the engine's
+    decisions never read one). A worker's commit gets none and writes every cycle.
+
+    `stored` is the reason each job has or will have once flushed, with the revision it is for:
+    the commit compares against it rather than the snapshot's, which may be older; `dirty` are
+    the jobs whose reason is not written yet."""
+
+    def __init__(self) -> None:
+        self.stored: dict[int, tuple[int, str, str, int | None]] = {}
+        self.dirty: set[int] = set()
+        self.seen: dict[str, JobSeen] = {}  # the last commit's snapshot, for its memory (`flush`)
+
+    def flush(self) -> None:
+        """Write the reasons kept since the last flush, as the commits would have (only to jobs
+        still pending at the revision). Those of jobs unmoved since the last snapshot go to its
+        memory too, as a commit's do (`snapshot.reasons_written_here`), so they are not read again."""
+        if not self.dirty:
+            return
+        rows = [(pk, *self.stored[pk]) for pk in sorted(self.dirty)]
+        self.dirty.clear()
+        if connection.vendor == "postgresql":  # no snapshot memory to keep: the row versions say
+            pending_reasons.write(rows)
+            return
+        with transaction.atomic():  # one commit; the snapshot's memory is a base again after it
+            logged = snapshot_moves.logged()
+            unmoved, others = [], []
+            for row in rows:
+                seen = self.seen.get(str(row[0]))  # str(pk): job_key
+                still = seen is not None and seen.state == JobState.PENDING and seen.revision == row[1]
+                (unmoved if still and row[0] not in logged else others).append(row)
+            pending_reasons.write(others)
+            if pending_reasons.write(unmoved):
+                snapshots.reasons_written_here(unmoved, logged, self.seen)
+
+
 class _CommitRows:
     """The state of one commit and its row-level work; `_Commit` (scheduling.commit) applies the
-    decisions through it."""
+    decisions through it. With `deferred` (simulate), the pending reasons go there instead of to
+    the database (DeferredReasons)."""
 
-    def __init__(self, *, index: SnapshotIndex, now: datetime) -> None:
+    def __init__(self, *, index: SnapshotIndex, now: datetime, deferred: DeferredReasons | None = None) -> None:
         self.index = index
         self.now = now
+        self.deferred = deferred
         self.applied = _Applied()
         self.node_names = {pk: name for name, pk in index.node_ids.items()}
         self.used: dict[tuple[int, int], float] = defaultdict(float)
@@ -266,6 +306,9 @@ class _CommitRows:
         job rows are not rewritten. The reasons written go to the snapshot's memory once
         committed (on simulate's SQLite, as written, inside the commit), so that the next cycle
         need not read those jobs again."""
+        if self.deferred is not None:
+            self._defer_reasons(result, admitted_now, self.deferred)
+            return
         rows: list[pending_reasons.ReasonRow] = []
         for key, seen in self.index.jobs.items():
             if seen.state != JobState.PENDING or key in admitted_now:
@@ -292,3 +335,24 @@ class _CommitRows:
             if pk in done and versions[pk] is not None
         ]
         transaction.on_commit(lambda: snapshots.reasons_written(settled))  # type: ignore[arg-type]
+
+    def _defer_reasons(self, result: engine.CycleResult, admitted_now: set[str], deferred: DeferredReasons) -> None:
+        """`_write_reasons` into `deferred`: each reason compared with the one the job will have
+        once flushed, where that is for the revision the snapshot saw, else with the snapshot's."""
+        stored, dirty = deferred.stored, deferred.dirty
+        pending = result.pending
+        for key, seen in self.index.jobs.items():
+            if seen.state != JobState.PENDING or key in admitted_now:
+                continue
+            reason = pending.get(key)
+            wanted = (reason.code, reason.message, reason.position) if reason else ("", "", None)
+            pk, revision = seen.pk, seen.revision
+            kept = stored.get(pk)
+            if kept is not None and kept[0] == revision:
+                if wanted != kept[1:]:
+                    stored[pk] = (revision, *wanted)
+                    dirty.add(pk)
+            elif wanted != (seen.reason_code, seen.reason_message, seen.position):
+                stored[pk] = (revision, *wanted)
+                dirty.add(pk)
+        deferred.seen = self.index.jobs

@@ -30,6 +30,7 @@ from scheduling import changes, engine, events, history, resource_figures
 from scheduling import snapshot as snapshots
 from scheduling.clock import get_clock
 from scheduling.commit import _Commit
+from scheduling.commit_rows import DeferredReasons
 from scheduling.gc_pauses import without_collector_pauses
 from scheduling.lock import CycleLease, CycleLock, get_cycle_lock
 from scheduling.models import CycleRecord, Job, SchedulerFence
@@ -115,9 +116,15 @@ def in_cycle() -> bool:
 
 
 def run_cycle(
-    *, trigger: str = "manual", wait_seconds: float | None = None, lock: CycleLock | None = None
+    *,
+    trigger: str = "manual",
+    wait_seconds: float | None = None,
+    lock: CycleLock | None = None,
+    deferred_reasons: DeferredReasons | None = None,
 ) -> CycleOutcome:
     """Run one cycle under the cluster-wide lock, then let the executor act on what was committed.
+    With `deferred_reasons` (simulate only: see DeferredReasons) the pending reasons are kept
+    there for the caller to flush, not written.
 
     Returns `ran=False, refused="lock_busy"` when another cycle held the lock for `wait_seconds`.
     """
@@ -130,7 +137,9 @@ def run_cycle(
     _state.depth = getattr(_state, "depth", 0) + 1
     try:
         try:
-            outcome = decide_and_commit(lease=lease, trigger=trigger, now=clock.now())
+            outcome = decide_and_commit(
+                lease=lease, trigger=trigger, now=clock.now(), deferred_reasons=deferred_reasons
+            )
         finally:
             cycle_lock.release(lease)
         changes = act_on(outcome)
@@ -155,13 +164,17 @@ def act_on(outcome: CycleOutcome) -> int:
     return executor.tick(get_clock().now())
 
 
-def decide_and_commit(*, lease: CycleLease, trigger: str, now: datetime) -> CycleOutcome:
+def decide_and_commit(
+    *, lease: CycleLease, trigger: str, now: datetime, deferred_reasons: DeferredReasons | None = None
+) -> CycleOutcome:
     """Snapshot, engine, commit; no executor. Callers hold `lease` (tests call this to force races)."""
     with without_collector_pauses():
-        return _decide_and_commit(lease=lease, trigger=trigger, now=now)
+        return _decide_and_commit(lease=lease, trigger=trigger, now=now, deferred_reasons=deferred_reasons)
 
 
-def _decide_and_commit(*, lease: CycleLease, trigger: str, now: datetime) -> CycleOutcome:
+def _decide_and_commit(
+    *, lease: CycleLease, trigger: str, now: datetime, deferred_reasons: DeferredReasons | None
+) -> CycleOutcome:
     started = time.perf_counter()
     # Read before the snapshot: a change committed in between is in the snapshot and stays
     # recorded, which costs at most one more cycle, never a missed one.
@@ -172,7 +185,7 @@ def _decide_and_commit(*, lease: CycleLease, trigger: str, now: datetime) -> Cyc
     try:
         with transaction.atomic():
             _advance_fence(token=lease.token, seen_generation=index.fence_generation, now=now)
-            applied = _Commit(index=index, now=now).apply(result)
+            applied = _Commit(index=index, now=now, deferred=deferred_reasons).apply(result)
             changes.settle(change_ids, decided=bool(applied.decisions), wake_at=changes.wake_at(snapshot))
             _record_allocations(result, index, now)
             duration_ms = (time.perf_counter() - started) * 1000

@@ -23,6 +23,7 @@ from quotas.models import Node, NodeState, Quota, ResourcePool
 from scheduling import services as job_services
 from scheduling import triggers
 from scheduling.clock import SimulatedClock, use_clock
+from scheduling.commit_rows import DeferredReasons
 from scheduling.models import Job, JobState, ReplicaPlacementRecord
 from scheduling.pending_reasons import with_shown_reason
 from scheduling.simulate.collector import batch_collection
@@ -83,6 +84,8 @@ class ScenarioRunner:
         self.workspaces: dict[str, Workspace] = {}
         self.jobs: dict[str, int] = {}
         self.lock = InProcessCycleLock()
+        # The pending reasons of a converge's cycles, written once at its end (DeferredReasons).
+        self.reasons = DeferredReasons()
 
     # -- setting up the cluster ---------------------------------------------------------------
 
@@ -267,12 +270,15 @@ class ScenarioRunner:
 
     def converge(self) -> None:
         """Cycles (each with its executor tick) until one changes nothing, as `services.converge`
-        does, but under this run's own lock: a console cycling next door is never waited for."""
+        does, but under this run's own lock: a console cycling next door is never waited for.
+        The pending reasons are written once, when it has settled: until then only the next
+        cycle's commit reads them (DeferredReasons), and every step and checkpoint comes after."""
         with triggers.paused():
             for _ in range(self.max_cycles):
-                outcome = job_services.run_cycle(trigger="simulate", lock=self.lock)
+                outcome = job_services.run_cycle(trigger="simulate", lock=self.lock, deferred_reasons=self.reasons)
                 self.cycles += 1
                 if outcome.committed and not outcome.changed:
+                    self.reasons.flush()
                     return
                 if not outcome.committed:
                     raise RuntimeError(
