@@ -30,8 +30,9 @@ from scheduling.api.serializers import (
 )
 from scheduling.executors import get_executor
 from scheduling.models import Job
+from workspaces.api.permissions import RestrictedViewSetMixin
 from workspaces.models import Workspace
-from workspaces.permissions import RestrictedViewSetMixin, restrict
+from workspaces.permissions import restrict
 
 
 class JobViewSet(

@@ -20,6 +20,7 @@ from rest_framework.response import Response
 
 from quotas.api.permissions import IsPlatformAdmin
 from workspaces import services
+from workspaces.api.permissions import RestrictedViewSetMixin
 from workspaces.api.serializers import (
     CustomRoleSerializer,
     MembershipSerializer,
@@ -27,7 +28,7 @@ from workspaces.api.serializers import (
     WorkspaceSerializer,
 )
 from workspaces.models import CustomRole, Membership, Workspace
-from workspaces.permissions import RestrictedViewSetMixin, can, denial_reason, restrict
+from workspaces.permissions import can, denial_reason, restrict
 
 
 class WorkspaceViewSet(RestrictedViewSetMixin, viewsets.ModelViewSet):  # type: ignore[type-arg]
