@@ -73,12 +73,21 @@ class DeferredReasons:
             return
         rows = [(pk, *self.stored[pk]) for pk in sorted(self.dirty)]
         self.dirty.clear()
-        if connection.vendor == "postgresql":  # no snapshot memory to keep: the row versions say
-            pending_reasons.write(rows)
+        if connection.vendor == "postgresql":  # as the commit hands them over (`_write_reasons`)
+            with transaction.atomic():
+                done = set(pending_reasons.write(rows))
+                versions = {seen.pk: seen.version for seen in self.seen.values() if seen.pk in done}
+                settled = [
+                    (pk, versions[pk], versions[pk], code, message, position)
+                    for pk, _revision, code, message, position in rows
+                    if versions.get(pk) is not None
+                ]
+                transaction.on_commit(lambda: snapshots.reasons_written(settled))  # type: ignore[arg-type]
             return
         with transaction.atomic():  # one commit; the snapshot's memory is a base again after it
             logged = snapshot_moves.logged()
-            unmoved, others = [], []
+            unmoved: list[pending_reasons.ReasonRow] = []
+            others: list[pending_reasons.ReasonRow] = []
             for row in rows:
                 seen = self.seen.get(str(row[0]))  # str(pk): job_key
                 still = seen is not None and seen.state == JobState.PENDING and seen.revision == row[1]

@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from scheduling import pending_reasons, services
+from scheduling.commit_rows import DeferredReasons
 from scheduling.models import Job, JobState, PendingReason
 from scheduling.selectors import job_list
 from tests.scheduling.conftest import Cluster
@@ -67,3 +68,29 @@ def test_a_page_of_jobs_reads_their_reasons_in_the_same_query(cluster: Cluster) 
     # One query for the jobs and their reasons (a join), one per prefetch: none per job.
     assert len(queries) <= 3
     assert not any(query["sql"].startswith('SELECT "scheduling_pendingreason"') for query in queries)
+
+
+def test_deferred_reasons_are_written_once_and_compared_with_what_is_kept(cluster: Cluster) -> None:
+    """simulate's mode (DeferredReasons): a cycle keeps the reasons instead of writing them; the
+    flush writes them; a later cycle compares with the reason kept, not with the stored one."""
+    cluster.submit("filler", gpus=8)
+    waiter = cluster.submit("waiter", gpus=8, replicas=2, priority=3)
+    deferred = DeferredReasons()
+    services.run_cycle(trigger="test", deferred_reasons=deferred)
+    services.run_cycle(trigger="test", deferred_reasons=deferred)
+    assert cluster.job("waiter").state == JobState.PENDING
+    assert not PendingReason.objects.filter(job_id=waiter.pk).exists()  # kept, not written
+    assert deferred.dirty == {waiter.pk}
+    deferred.flush()
+    assert not deferred.dirty
+    revision, code, message, position = deferred.stored[waiter.pk]
+    assert code and position == 1 and cluster.job("waiter").shown_reason == (code, message, 1)
+
+    # A reason kept but not flushed yet (as if an earlier cycle of the converge had wanted it):
+    # the engine's reason differs from it, though not from the stored one, so it is kept again.
+    deferred.stored[waiter.pk] = (revision, code, "an older word", 2)
+    deferred.dirty.add(waiter.pk)
+    services.run_cycle(trigger="test", deferred_reasons=deferred)
+    assert deferred.stored[waiter.pk] == (revision, code, message, position)
+    deferred.flush()
+    assert cluster.job("waiter").shown_reason == (code, message, 1)
