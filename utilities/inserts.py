@@ -12,6 +12,7 @@ others (datetimes, JSON, enums, a value of another type) are prepared by their f
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from django.db import connection, models
@@ -32,7 +33,8 @@ _UNCHANGED: tuple[tuple[type[models.Field[Any, Any]], tuple[type, ...]], ...] = 
 )
 
 
-def _preparer(field: models.Field[Any, Any]) -> Callable[[Any], Any]:
+def _preparer(field: models.Field[Any, Any]) -> tuple[frozenset[type], Callable[[Any], Any]]:
+    """The types the field stores unchanged, and its preparation of one value."""
     target: models.Field[Any, Any] = field.target_field if isinstance(field, models.ForeignKey) else field
     unchanged: tuple[type, ...] = () if isinstance(target, models.JSONField) else (type(None),)
     for field_class, types in _UNCHANGED:
@@ -47,7 +49,24 @@ def _preparer(field: models.Field[Any, Any]) -> Callable[[Any], Any]:
             return value
         return field.get_db_prep_save(value, connection)
 
-    return prepare
+    return frozenset(unchanged), prepare
+
+
+def _rows(objects: Sequence[models.Model], fields: list[models.Field[Any, Any]]) -> list[tuple[Any, ...]]:
+    """Each object's values for `fields`, as the driver takes them: `pre_save`, then the field's
+    preparation where a value's type needs it. Column by column: one C-level read of each object
+    (a field whose `pre_save` is Field's own returns the attribute) and one look at the types of a
+    column, instead of two Python calls per value (S3's 10,000 jobs of 33 columns: 660,000)."""
+    read = attrgetter(*(field.attname for field in fields))
+    values = [read(obj) for obj in objects] if len(fields) > 1 else [(read(obj),) for obj in objects]
+    columns: list[Sequence[Any]] = list(zip(*values, strict=True)) if values else [() for _ in fields]
+    for at, field in enumerate(fields):
+        if type(field).pre_save is not models.Field.pre_save:  # auto_now and the like set the value
+            columns[at] = [field.pre_save(obj, True) for obj in objects]
+        unchanged, prepare = _preparer(field)
+        if not set(map(type, columns[at])) <= unchanged:
+            columns[at] = [prepare(value) for value in columns[at]]
+    return list(zip(*columns, strict=True))
 
 
 def create_all(objects: Sequence[Model]) -> list[Model]:
@@ -61,8 +80,7 @@ def create_all(objects: Sequence[Model]) -> list[Model]:
     if not connection.features.can_return_rows_from_bulk_insert or not isinstance(meta.pk, models.AutoField):
         return model._default_manager.bulk_create(objects)
     fields = [field for field in meta.concrete_fields if not field.primary_key]
-    prepare = [_preparer(field) for field in fields]
-    rows = [[step(field.pre_save(obj, True)) for field, step in zip(fields, prepare, strict=True)] for obj in objects]
+    rows = _rows(objects, fields)
     qn = connection.ops.quote_name
     head = f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(field.column) for field in fields)}) VALUES "
     row_sql = f"({', '.join(['%s'] * len(fields))})"
