@@ -232,11 +232,12 @@ def reasons_written(written: list[tuple[int, str, str, str, str, int | None]]) -
         entry = kept.get(pk)
         if entry is None or entry.mark is None or entry.seen.version != before:
             continue  # this process has read the row since, or another version of it
-        workspace = entry.mark.split(" ", 1)[1]
-        seen = entry.seen._replace(reason_code=code, reason_message=message, position=position, version=version)
-        mark = f"{version} {workspace}"
-        row = (*entry.row[: _SEEN_AT + 3], code, message, position, mark)  # the row as it is now
-        kept[pk] = entry._replace(mark=mark, row=row, seen=seen)
+        # Positionally, not `_replace` (a first cycle hands 100,000 reasons here at S4: 0.2 s less).
+        was_mark, held_mark, was_row, quota, replicas, was, job = entry
+        mark = was_mark if version == before else f"{version} {was_mark.partition(' ')[2]}"
+        row = (*was_row[: _SEEN_AT + 3], code, message, position, mark)  # the row as it is now
+        seen = JobSeen._make((*was[:8], code, message, position, version))
+        kept[pk] = _Known(mark, held_mark, row, quota, replicas, seen, job)
     _memory.read = (database, node_names, quota_names, kept)
 
 
@@ -352,14 +353,25 @@ def _read_all(frame: NodesAndQuotas, before: dict[int, _Known]) -> dict[int, _Kn
     known: dict[int, _Known] = {}
     for row in job_rows:
         pk = row[0]
-        marks = held_marks.get(pk)
-        known[pk] = _known(
-            row,
-            quota_names[row[QUOTA_ID_AT]],
-            tuple(held[pk]) if pk in held else (),
-            _held_mark(row, marks),
-            before.get(pk),
-        )
+        replicas = tuple(held[pk]) if pk in held else ()
+        quota = quota_names[row[QUOTA_ID_AT]]
+        held_mark = _held_mark(row, held_marks.get(pk))
+        previous = before.get(pk)
+        if previous is None:
+            # A job this process has not read: all of them in a fresh worker's first cycle, built
+            # here without `_known`'s comparisons (150,000 calls at S4).
+            mark = row[-1]
+            known[pk] = _Known(
+                mark,
+                held_mark,
+                row,
+                quota,
+                replicas,
+                job_seen(row, None if mark is None else mark.partition(" ")[0]),
+                engine_job(str(pk), row, quota, replicas),
+            )
+        else:
+            known[pk] = _known(row, quota, replicas, held_mark, previous)
     return known
 
 
