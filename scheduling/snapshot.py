@@ -351,28 +351,50 @@ def _read_all(frame: NodesAndQuotas, before: dict[int, _Known]) -> dict[int, _Kn
         held, held_marks = _held(_placement_rows(None), frame.node_names)
     quota_names = frame.quota_names
     known: dict[int, _Known] = {}
+    seen_to = _SEEN_AT + len(SEEN_JOB_COLUMNS)
     for row in job_rows:
         pk = row[0]
-        replicas = tuple(held[pk]) if pk in held else ()
-        quota = quota_names[row[QUOTA_ID_AT]]
-        held_mark = _held_mark(row, held_marks.get(pk))
-        previous = before.get(pk)
-        if previous is None:
-            # A job this process has not read: all of them in a fresh worker's first cycle, built
-            # here without `_known`'s comparisons (150,000 calls at S4).
-            mark = row[-1]
-            known[pk] = _Known(
-                mark,
-                held_mark,
-                row,
-                quota,
-                replicas,
-                job_seen(row, None if mark is None else mark.partition(" ")[0]),
-                engine_job(str(pk), row, quota, replicas),
-            )
+        mark, state = row[-1], row[STATE_AT]
+        if pk in held:
+            replicas = tuple(held[pk])
+            marks = held_marks.get(pk)
         else:
+            replicas, marks = (), None
+        quota = quota_names[row[QUOTA_ID_AT]]
+        # `_held_mark`, inline: 150,000 calls at S4.
+        held_mark = None if mark is None or state not in HOLDING_STATES else (tuple(sorted(marks)) if marks else ())
+        previous = before.get(pk)
+        if previous is not None:
             known[pk] = _known(row, quota, replicas, held_mark, previous)
+            continue
+        # A job this process has not read (all of them in a fresh worker's first cycle): built
+        # here without `_known`'s comparisons, its JobSeen as `job_seen` builds it, inline.
+        name, requeue, revision, reason_code, reason_message, position = row[_SEEN_AT:seen_to]
+        seen = _new_tuple(
+            JobSeen,
+            (
+                pk,
+                name,
+                state,
+                revision,
+                row[QUOTA_ID_AT],
+                row[GPUS_AT],
+                row[GRACE_SECONDS_AT],
+                requeue if requeue.__class__ is bool else bool(requeue),
+                reason_code,
+                reason_message,
+                position,
+                None if mark is None else mark.partition(" ")[0],  # `_job_part`
+            ),
+        )
+        known[pk] = _new_tuple(
+            _Known, (mark, held_mark, row, quota, replicas, seen, engine_job(str(pk), row, quota, replicas))
+        )
     return known
+
+
+# A named tuple made from its values at once, without its `__new__`'s call per field.
+_new_tuple = tuple.__new__
 
 
 def _read_moved(frame: NodesAndQuotas, before: dict[int, _Known], moved: list[int]) -> dict[int, _Known]:

@@ -117,6 +117,7 @@ if tuple(field.name for field in fields(engine.Job)) != _JOB_FIELDS:  # pragma: 
     raise ImportError("scheduling.engine.Job's fields moved: update snapshot_rows.engine_job")
 
 _Job = engine.Job
+_ENGINE_WIDTH = len(ENGINE_JOB_COLUMNS)
 _Placement = engine.ReplicaPlacement
 
 
@@ -139,7 +140,7 @@ def engine_job(key: str, row: tuple[Any, ...], quota: str, replicas: tuple[tuple
         beneficiary_id,
         evicted_at,
         duration,
-    ) = row[: len(ENGINE_JOB_COLUMNS)]
+    ) = row[:_ENGINE_WIDTH]
     # Positionally, in _JOB_FIELDS's order; the moments are already floats on PostgreSQL (or None:
     # a pending job's start), and parsed by `_epoch` elsewhere.
     return _Job(
