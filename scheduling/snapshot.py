@@ -21,9 +21,8 @@ from scheduling import engine, snapshot_moves
 from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, ReplicaPlacementRecord
 from scheduling.pending_reasons import with_shown_reason
 from scheduling.snapshot_rows import (
+    _SEEN_AT,
     ENGINE_JOB_COLUMNS,
-    GPUS_AT,
-    GRACE_SECONDS_AT,
     QUOTA_ID_AT,
     STATE_AT,
     SUBMITTED_AT,
@@ -34,49 +33,10 @@ from scheduling.snapshot_rows import (
     read_nodes_and_quotas,
 )
 
-
-class JobSeen(NamedTuple):
-    """A job as the snapshot read it; a decision about it commits only if it is still so.
-    (A named tuple: a snapshot makes ten thousand of them, at a quarter of a frozen dataclass's cost.)"""
-
-    pk: int
-    name: str
-    state: str
-    revision: int
-    quota_id: int
-    gpus: float
-    grace_seconds: float
-    requeue: bool
-    reason_code: str
-    reason_message: str
-    position: int | None
-    # The row's version as read (`_mark`, PostgreSQL), for writes that must meet the row as read.
-    version: str | None = None
-
-
-# What a snapshot keeps of each job beside its engine columns, to check a decision against at commit.
-# The reason is the one the job shows (scheduling.pending_reasons): annotate the query with it.
-SEEN_JOB_COLUMNS = ("name", "requeue", "revision", "shown_reason_code", "shown_reason_message", "shown_reason_position")
-
-
-def job_seen(row: tuple[Any, ...], version: str | None = None) -> JobSeen:
-    """A job as read from a row of `ENGINE_JOB_COLUMNS` followed by `SEEN_JOB_COLUMNS`."""
-    name, requeue, revision, reason_code, reason_message, position = row[_SEEN_AT : _SEEN_AT + len(SEEN_JOB_COLUMNS)]
-    # Positional, in JobSeen's field order: keyword arguments cost a snapshot of S4 a tenth of a second.
-    return JobSeen(
-        row[0],
-        name,
-        row[STATE_AT],
-        revision,
-        row[QUOTA_ID_AT],
-        row[GPUS_AT],
-        row[GRACE_SECONDS_AT],
-        bool(requeue),
-        reason_code,
-        reason_message,
-        position,
-        version,
-    )
+# Re-exported: what a snapshot keeps of each job, which its readers name from here.
+from scheduling.snapshot_rows import SEEN_JOB_COLUMNS as SEEN_JOB_COLUMNS
+from scheduling.snapshot_rows import JobSeen as JobSeen
+from scheduling.snapshot_rows import job_seen as job_seen
 
 
 @dataclass(slots=True)
@@ -92,9 +52,6 @@ class SnapshotIndex:
 def job_key(pk: int) -> str:
     """The engine's id of a job: its primary key as a string."""
     return str(pk)
-
-
-_SEEN_AT = len(ENGINE_JOB_COLUMNS)
 
 
 class _Known(NamedTuple):
@@ -233,8 +190,8 @@ def reasons_written(written: list[tuple[int, str, str, str, str, int | None]]) -
         if entry is None or entry.mark is None or entry.seen.version != before:
             continue  # this process has read the row since, or another version of it
         # Positionally, not `_replace` (a first cycle hands 100,000 reasons here at S4: 0.2 s less).
-        was_mark, held_mark, was_row, quota, replicas, was, job = entry
-        mark = was_mark if version == before else f"{version} {was_mark.partition(' ')[2]}"
+        _was_mark, held_mark, was_row, quota, replicas, was, job = entry
+        mark = entry.mark if version == before else f"{version} {entry.mark.partition(' ')[2]}"
         row = (*was_row[: _SEEN_AT + 3], code, message, position, mark)  # the row as it is now
         seen = JobSeen._make((*was[:8], code, message, position, version))
         kept[pk] = _Known(mark, held_mark, row, quota, replicas, seen, job)
@@ -351,7 +308,6 @@ def _read_all(frame: NodesAndQuotas, before: dict[int, _Known]) -> dict[int, _Kn
         held, held_marks = _held(_placement_rows(None), frame.node_names)
     quota_names = frame.quota_names
     known: dict[int, _Known] = {}
-    seen_to = _SEEN_AT + len(SEEN_JOB_COLUMNS)
     for row in job_rows:
         pk = row[0]
         mark, state = row[-1], row[STATE_AT]
@@ -368,25 +324,8 @@ def _read_all(frame: NodesAndQuotas, before: dict[int, _Known]) -> dict[int, _Kn
             known[pk] = _known(row, quota, replicas, held_mark, previous)
             continue
         # A job this process has not read (all of them in a fresh worker's first cycle): built
-        # here without `_known`'s comparisons, its JobSeen as `job_seen` builds it, inline.
-        name, requeue, revision, reason_code, reason_message, position = row[_SEEN_AT:seen_to]
-        seen = _new_tuple(
-            JobSeen,
-            (
-                pk,
-                name,
-                state,
-                revision,
-                row[QUOTA_ID_AT],
-                row[GPUS_AT],
-                row[GRACE_SECONDS_AT],
-                requeue if requeue.__class__ is bool else bool(requeue),
-                reason_code,
-                reason_message,
-                position,
-                None if mark is None else mark.partition(" ")[0],  # `_job_part`
-            ),
-        )
+        # here without `_known`'s comparisons.
+        seen = job_seen(row, None if mark is None else mark.partition(" ")[0])  # `_job_part`
         known[pk] = _new_tuple(
             _Known, (mark, held_mark, row, quota, replicas, seen, engine_job(str(pk), row, quota, replicas))
         )

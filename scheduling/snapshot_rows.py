@@ -1,6 +1,7 @@
 """The rows a snapshot reads, as the engine takes them (split out of `snapshot`, which reads
 the jobs and keeps a worker's snapshot between cycles): `raw_rows`, the driver's rows without
-Django's per-value converters; a job's engine columns and `engine_job`, which decodes them; and
+Django's per-value converters; a job's engine columns and `engine_job`, which decodes them; the
+columns kept beside them and `job_seen`, the `JobSeen` a decision is checked against; and
 the frame, what a snapshot reads besides the jobs (the fence, the pools, the nodes and the quota
 tree: a few thousand rows at most, each rebuilt only when its rows changed); and `held_devices`,
 the devices held right now, that the commit reads."""
@@ -90,6 +91,61 @@ QUOTA_ID_AT, GPUS_AT, STATE_AT, GRACE_SECONDS_AT, SUBMITTED_AT = (
 )
 
 
+class JobSeen(NamedTuple):
+    """A job as the snapshot read it; a decision about it commits only if it is still so.
+    (A named tuple: a snapshot makes ten thousand of them, at a quarter of a frozen dataclass's cost.)"""
+
+    pk: int
+    name: str
+    state: str
+    revision: int
+    quota_id: int
+    gpus: float
+    grace_seconds: float
+    requeue: bool
+    reason_code: str
+    reason_message: str
+    position: int | None
+    # The row's version as read (`_mark`, PostgreSQL), for writes that must meet the row as read.
+    version: str | None = None
+
+
+# What a snapshot keeps of each job beside its engine columns, to check a decision against at commit.
+# The reason is the one the job shows (scheduling.pending_reasons): annotate the query with it.
+SEEN_JOB_COLUMNS = ("name", "requeue", "revision", "shown_reason_code", "shown_reason_message", "shown_reason_position")
+
+
+def job_seen(row: tuple[Any, ...], version: str | None = None) -> JobSeen:
+    """A job as read from a row of `ENGINE_JOB_COLUMNS` followed by `SEEN_JOB_COLUMNS`."""
+    name, requeue, revision, reason_code, reason_message, position = row[_SEEN_AT:_SEEN_TO]
+    # Made from its values at once (`tuple.__new__`), not through the named tuple's `__new__` and
+    # its keywords: a fresh worker's first snapshot of S4 builds 150,000 of them.
+    return _new_tuple(
+        JobSeen,
+        (
+            row[0],
+            name,
+            row[STATE_AT],
+            revision,
+            row[QUOTA_ID_AT],
+            row[GPUS_AT],
+            row[GRACE_SECONDS_AT],
+            requeue if requeue.__class__ is bool else bool(requeue),
+            reason_code,
+            reason_message,
+            position,
+            version,
+        ),
+    )
+
+
+# Where a row's SEEN_JOB_COLUMNS begin and end, after its ENGINE_JOB_COLUMNS.
+_SEEN_AT = len(ENGINE_JOB_COLUMNS)
+_SEEN_TO = _SEEN_AT + len(SEEN_JOB_COLUMNS)
+# A named tuple made from its values at once, without its `__new__`'s call.
+_new_tuple = tuple.__new__
+
+
 # engine.Job's fields in the order `engine_job` passes them positionally: a keyword call costs a
 # fresh worker's first snapshot of S4 (150,000 jobs) 0.1 s more. Checked at import, so that a
 # field added to or moved in the engine's Job fails here, not as a job built wrong.
@@ -141,6 +197,13 @@ def engine_job(key: str, row: tuple[Any, ...], quota: str, replicas: tuple[tuple
         evicted_at,
         duration,
     ) = row[:_ENGINE_WIDTH]
+    if not replicas:
+        placements: tuple[engine.ReplicaPlacement, ...] = ()
+    elif len(replicas) == 1:  # most running jobs: no generator
+        node, devices, fraction = replicas[0]
+        placements = (_Placement(node, stored_devices(devices), fraction),)
+    else:
+        placements = tuple(_Placement(node, stored_devices(devices), fraction) for node, devices, fraction in replicas)
     # Positionally, in _JOB_FIELDS's order; the moments are already floats on PostgreSQL (or None:
     # a pending job's start), and parsed by `_epoch` elsewhere.
     return _Job(
@@ -156,9 +219,7 @@ def engine_job(key: str, row: tuple[Any, ...], quota: str, replicas: tuple[tuple
         (submitted_at if submitted_at.__class__ is float else _epoch(submitted_at)) or 0.0,
         state,
         started_at if started_at is None or started_at.__class__ is float else _epoch(started_at),
-        tuple(_Placement(node, stored_devices(devices), fraction) for node, devices, fraction in replicas)
-        if replicas
-        else (),
+        placements,
         grace_seconds,
         workspace,
         None if beneficiary_id is None else str(beneficiary_id),
