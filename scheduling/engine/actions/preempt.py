@@ -10,6 +10,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator
 
+from scheduling.engine import bounds
 from scheduling.engine.policies import victim_key
 from scheduling.engine.resource_rules import keeps_guarantee
 from scheduling.engine.session import Session, Unit
@@ -110,3 +111,45 @@ def preemption_reason(session: Session, job: int, victim: int, rule: str) -> str
         f"same-level preemption: {spec.id} of {spec.quota} (priority {spec.priority}) over "
         f"{victim_spec.id} of {vq} (priority {victim_spec.priority})"
     )
+
+
+def futile_own_search(session: Session, job: int) -> int | None:
+    """How many candidates a victim search for job i examines, where it is certain to fail for
+    want of GPUs having offered only its own quota's lower-priority jobs; None where it is not.
+
+    `actions.reclaim.search_victims` asks it when its reclaim region is empty: with no elastic
+    replica to offer either, the own-quota stream (`preemption_candidates`) is the whole stream,
+    and its length does not depend on what the search takes (a victim taken was already offered).
+    If the free GPUs and every GPU those candidates hold fall short of the job's need, every
+    `fits_with_victims` of the search stops at its first test and the search rolls back having
+    examined each candidate: the same answer, and the same count for the cycle's limit
+    (`bounds.MAX_FAILED_CANDIDATES`), without taking and giving back each victim (S3: most of
+    the 3,800 failed searches of its late cycles). The search itself runs otherwise."""
+    if session.resources:
+        return None  # CPU and memory figures: left to the search
+    touched = session.touched
+    if any(not touched[victim] and not session.protected(victim) for victim in session.elastic):
+        return None
+    tree = session.tree
+    spec = session.jobs[job]
+    qleaf = session.job_leaf[job]
+    quota = tree.index[spec.quota]
+    if (tree.is_self[qleaf] and tree.child_preemption[quota]) or tree.same_level[quota]:
+        return None  # further streams after the own quota's
+    room = session.cluster.free_total
+    need = session.needs[job]
+    priority = spec.priority
+    jobs, placements = session.jobs, session.placements
+    count = 0
+    for victim in session.victims_in(qleaf):
+        if jobs[victim].priority >= priority:
+            break
+        if session.eligible_victim(victim):
+            count += 1
+            # at most what taking the victim frees (`Cluster._apply`): its devices' share
+            room += sum(len(devices) * milli for _, devices, milli in placements[victim])
+            if room >= need:
+                return None
+    if count > bounds.MAX_CANDIDATES_PER_SEARCH:
+        return None  # the search stops at the limit instead; left to it
+    return count

@@ -19,7 +19,13 @@ from typing import Any
 from scheduling.engine import bounds, resource_rules
 from scheduling.engine.actions import reserve
 from scheduling.engine.actions.excess import excess_heap, leaves_by_excess
-from scheduling.engine.actions.preempt import in_quota_rule, preemption_candidates, preemption_reason, preemption_rule
+from scheduling.engine.actions.preempt import (
+    futile_own_search,
+    in_quota_rule,
+    preemption_candidates,
+    preemption_reason,
+    preemption_rule,
+)
 from scheduling.engine.cluster import Placement
 from scheduling.engine.policies import RULE_ORDER, victim_key
 from scheduling.engine.resource_rules import excess, over_figure, victim_over, within
@@ -330,10 +336,12 @@ def fits_with_victims(
 
 def search_victims(session: Session, job: int) -> tuple[bool, int]:
     """Whether victims were found (and committed) for job i, and how many candidates it examined."""
+    region, _ = reclaim_region(session, job)
+    if region[0] == region[1] and (futile := futile_own_search(session, job)) is not None:
+        return False, futile  # certain to fail, and how many it examines (`futile_own_search`)
     journal = session.journal
     mark = journal.checkpoint()
     generation = session.allocated_generation
-    region, _ = reclaim_region(session, job)
     taken: list[tuple[Unit, tuple[str, int, str]]] = []
     examined = 0
     placed: list[Placement] | None = None
@@ -346,10 +354,8 @@ def search_victims(session: Session, job: int) -> tuple[bool, int]:
         rule = victim_rule(session, job, victim, amount, only)
         if rule is None:
             continue
-        before = session.placements[victim]
         session.take_victim(unit)
         taken.append((unit, rule))
-        del before
         inner = journal.checkpoint()
         placed = fits_with_victims(session, job, taken)
         if placed is not None:
@@ -366,7 +372,7 @@ def search_victims(session: Session, job: int) -> tuple[bool, int]:
         victim, replica_placement = unit
         others = kept + taken[:position]
         restore = journal.checkpoint()
-        original = held_by_unit(session, victim, unit)
+        original = (replica_placement,) if replica_placement is not None else session.placements[victim]
         session.give_back_victim(unit, original)
         inner = journal.checkpoint()
         if fits_with_victims(session, job, others) is not None:
@@ -381,12 +387,6 @@ def search_victims(session: Session, job: int) -> tuple[bool, int]:
         return False, examined
     commit_victims(session, job, kept, placed)
     return True, examined
-
-
-def held_by_unit(session: Session, victim: int, unit: Unit) -> tuple[Placement, ...]:
-    if unit[1] is not None:
-        return (unit[1],)
-    return session.placements[victim]
 
 
 def commit_victims(
