@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Case, F, Q, QuerySet, When
 
 from scheduling.models import Job, JobState, PendingReason
@@ -62,13 +62,15 @@ def write(rows: Sequence[ReasonRow]) -> list[int]:
             with cursor.copy("COPY pending_reason_in (id, revision, code, message, position) FROM STDIN") as copy:
                 for row in rows:
                     copy.write_row(row)
-            cursor.execute(
+            insert = (
                 f"INSERT INTO {table} AS o ({names}) SELECT v.id, v.revision, v.code, v.message, v.position "
                 f"FROM pending_reason_in AS v JOIN {jobs} AS j ON j.{qn('id')} = v.id AND j.{qn('state')} = %s "
-                f"AND j.{qn('revision')} = v.revision {merge} RETURNING o.{qn('job_id')}",
-                [JobState.PENDING],
+                f"AND j.{qn('revision')} = v.revision"
             )
-            written = [pk for (pk,) in cursor.fetchall()]
+            written = _into_empty(cursor, table, f"{insert} RETURNING o.{qn('job_id')}")
+            if written is None:
+                cursor.execute(f"{insert} {merge} RETURNING o.{qn('job_id')}", [JobState.PENDING])
+                written = [pk for (pk,) in cursor.fetchall()]
             cursor.execute("DROP TABLE pending_reason_in")  # within a longer transaction, the next commit's is new
             return written
         # `WHERE` before `ON CONFLICT`: SQLite's upsert after a SELECT needs it to parse. One
@@ -82,3 +84,19 @@ def write(rows: Sequence[ReasonRow]) -> list[int]:
             ],
         )
         return [row[0] for row in rows] if cursor.rowcount == len(rows) else []
+
+
+def _into_empty(cursor: Any, table: str, insert: str) -> list[int] | None:
+    """The first write into an empty table (a fresh deployment's or seed's first cycle, 100,000
+    reasons at S4) as a plain insert: `ON CONFLICT` checks each row's key speculatively first,
+    0.1-0.15 s more at S4. None where the table has rows, or where a row arrived meanwhile (a
+    commit that outlived its lease): the caller then merges, as always."""
+    cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {table})")
+    if cursor.fetchone()[0]:
+        return None
+    try:
+        with transaction.atomic():  # a savepoint: a duplicate key undoes only this insert
+            cursor.execute(insert, [JobState.PENDING])
+            return [pk for (pk,) in cursor.fetchall()]
+    except IntegrityError:
+        return None
