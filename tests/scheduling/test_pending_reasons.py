@@ -57,6 +57,25 @@ def test_the_write_is_guarded_by_the_revision_seen(cluster: Cluster) -> None:
     assert cluster.job("waiter").shown_reason == ("no_fit", "fresh", 4)
 
 
+def test_the_first_write_into_an_empty_table_is_guarded_as_the_merge_is(cluster: Cluster) -> None:
+    """An empty table takes a plain insert on PostgreSQL (no per-row conflict check): the same
+    guard, the same jobs written; the next write into the filled table merges. (SQLite: one upsert.)"""
+    first, second = cluster.submit("first", gpus=16), cluster.submit("second", gpus=16)
+    PendingReason.objects.all().delete()
+    revisions = dict(Job.objects.values_list("pk", "revision"))
+    rows = [
+        (first.pk, revisions[first.pk], "no_fit", "one", 0),
+        (second.pk, revisions[second.pk] + 1, "no_fit", "x", 1),
+    ]
+    written = pending_reasons.write(rows)
+    assert written == ([first.pk] if connection.vendor == "postgresql" else [])  # SQLite: all or none known
+    assert list(PendingReason.objects.values_list("job_id", "message", "position")) == [(first.pk, "one", 0)]
+    rows = [(first.pk, revisions[first.pk], "no_fit", "two", 1), (second.pk, revisions[second.pk], "no_fit", "y", 0)]
+    assert sorted(pending_reasons.write(rows)) == sorted([first.pk, second.pk])
+    stored = sorted(PendingReason.objects.values_list("job_id", "message", "position"))
+    assert stored == sorted([(first.pk, "two", 1), (second.pk, "y", 0)])
+
+
 def test_a_page_of_jobs_reads_their_reasons_in_the_same_query(cluster: Cluster) -> None:
     for number in range(5):
         cluster.submit(f"waiter-{number}", gpus=16)
