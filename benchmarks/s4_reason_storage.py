@@ -48,11 +48,13 @@ _NARROW = (
     "CREATE TABLE reason_narrow (job_id bigint PRIMARY KEY{fk}, revision integer NOT NULL, "
     "code varchar(50) NOT NULL, message text NOT NULL, position integer NULL)"
 )
-_MERGE = (
+_GUARDED = (
     "INSERT INTO reason_narrow AS o (job_id, revision, code, message, position) "
     "SELECT v.id, v.rev, v.code, v.message, v.pos FROM {source} "
-    "JOIN scheduling_job j ON j.id = v.id AND j.state = 'pending' AND j.revision = v.rev "
-    "ON CONFLICT (job_id) DO UPDATE SET revision = excluded.revision, code = excluded.code, "
+    "JOIN scheduling_job j ON j.id = v.id AND j.state = 'pending' AND j.revision = v.rev"
+)
+_MERGE = (
+    f"{_GUARDED} ON CONFLICT (job_id) DO UPDATE SET revision = excluded.revision, code = excluded.code, "
     "message = excluded.message, position = excluded.position RETURNING o.job_id"
 )
 
@@ -90,9 +92,8 @@ def real_reasons(url: str, template: str, scratch: str) -> list[tuple[int, str, 
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parent.parent)
     with psycopg.connect(dbname=scratch, **_admin(url)) as connection:
-        rows = connection.execute(
-            "SELECT id, reason_code, reason_message, position FROM scheduling_job "
-            "WHERE state = 'pending' AND reason_code <> '' ORDER BY id"
+        rows = connection.execute(  # since the reasons' table: read from there, not the job's columns
+            "SELECT job_id, code, message, position FROM scheduling_pendingreason WHERE code <> '' ORDER BY job_id"
         ).fetchall()
     _drop(url, scratch)
     return rows
@@ -146,6 +147,21 @@ def _copy(connection: psycopg.Connection[Any], rows: Sequence[Reason]) -> int:
     return len(connection.execute(_MERGE.format(source="reason_in AS v")).fetchall())
 
 
+def _copy_plain_if_empty(connection: psycopg.Connection[Any], rows: Sequence[Reason]) -> int:
+    """As scheduling.pending_reasons writes since: into an empty table a plain insert (no
+    speculative per-row conflict check), else the merge."""
+    if connection.execute("SELECT EXISTS (SELECT 1 FROM reason_narrow)").fetchone() != (False,):
+        return _copy(connection, rows)
+    connection.execute(
+        "CREATE TEMP TABLE reason_in (id bigint, rev int, code text, message text, pos int) ON COMMIT DROP"
+    )
+    with connection.cursor().copy("COPY reason_in (id, rev, code, message, pos) FROM STDIN") as copy:
+        for pk, revision, _version, code, message, position in rows:
+            copy.write_row((pk, revision, code, message, position))
+    plain = _GUARDED.format(source="reason_in AS v") + " RETURNING o.job_id"
+    return len(connection.execute(plain).fetchall())
+
+
 # name: (table to create first, or None; the write)
 VARIANTS: dict[str, tuple[str | None, Callable[[psycopg.Connection[Any], Sequence[Reason]], int]]] = {
     "job table (today): UPDATE … FROM json_to_recordset": (None, _job_table),
@@ -159,6 +175,10 @@ VARIANTS: dict[str, tuple[str | None, Callable[[psycopg.Connection[Any], Sequenc
         _copy,
     ),
     "narrow table, no FK: COPY, then merge": (_NARROW.format(fk=""), _copy),
+    "narrow table, no FK: COPY, then a plain insert into the empty table (else merge)": (
+        _NARROW.format(fk=""),
+        _copy_plain_if_empty,
+    ),
     "narrow table, no FK, code + position only: COPY, then merge": (
         _NARROW.format(fk=""),
         lambda c, r: _copy(c, _short(r)),
@@ -185,10 +205,12 @@ def _timed(connection: psycopg.Connection[Any], write: Write, reasons: Sequence[
 
 
 def measure(
-    url: str, template: str, reasons: list[tuple[int, str, str, int | None]], name: str
+    url: str, template: str, reasons: list[tuple[int, str, str, int | None]], name: str, only: str = ""
 ) -> list[dict[str, Any]]:
     out = []
     for label, (table, write) in VARIANTS.items():
+        if only and only not in label:
+            continue
         connection = _copy_of(url, template, name)
         try:
             if table:
@@ -228,6 +250,7 @@ def main() -> None:
     parser.add_argument("--scratch", default=None, help="name of the copies (default: TEMPLATE_reasons)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--save", type=Path)
+    parser.add_argument("--only", default="", help="the variants whose name contains this")
     args = parser.parse_args()
     scratch = args.scratch or f"{args.template}_reasons"
     print(f"load average {os.getloadavg()[0]:.2f} at the start", flush=True)
@@ -238,7 +261,7 @@ def main() -> None:
     print("\n| variant | first: rows | client + PostgreSQL CPU, s | next: rows | client + PostgreSQL CPU, s ", end="")
     print("| pages: job / reason table |")
     print("|---|---|---|---|---|---|")
-    results = [measure(args.postgres, args.template, reasons, scratch) for _ in range(args.rounds)]
+    results = [measure(args.postgres, args.template, reasons, scratch, args.only) for _ in range(args.rounds)]
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
     if args.save:
         args.save.write_text(json.dumps(results, indent=1))
