@@ -319,13 +319,16 @@ class _CommitRows:
             self._defer_reasons(result, admitted_now, self.deferred)
             return
         rows: list[pending_reasons.ReasonRow] = []
+        versions: dict[int, str | None] = {}  # the rows' jobs' versions, for the snapshot's memory
+        reason_of, pending, none = result.pending.get, JobState.PENDING, ("", "", None)  # 150,000 jobs at S4
         for key, seen in self.index.jobs.items():
-            if seen.state != JobState.PENDING or key in admitted_now:
+            if seen.state != pending or key in admitted_now:
                 continue
-            reason = result.pending.get(key)
-            wanted = (reason.code, reason.message, reason.position) if reason else ("", "", None)
+            reason = reason_of(key)
+            wanted = (reason.code, reason.message, reason.position) if reason is not None else none
             if wanted != (seen.reason_code, seen.reason_message, seen.position):
                 rows.append((seen.pk, seen.revision, *wanted))
+                versions[seen.pk] = seen.version
         if not rows:
             return
         if connection.vendor != "postgresql":
@@ -336,7 +339,6 @@ class _CommitRows:
             self.applied.reasons_read_again = len(written)
             return
         done = set(pending_reasons.write(rows))
-        versions = {seen.pk: seen.version for seen in self.index.jobs.values() if seen.pk in done}
         # The job row's version does not move with its reason: before and after are the same.
         settled = [
             (pk, versions[pk], versions[pk], code, message, position)
