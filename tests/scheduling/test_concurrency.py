@@ -4,22 +4,23 @@ node edited while a cycle commits never loses a GPU the commit places on."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 
 from quotas.models import Node
 from quotas.services import update_node
 from scheduling import cycle as cycle_module
-from scheduling import engine
+from scheduling import engine, pending_reasons
 from scheduling.clock import get_clock
 from scheduling.cycle import CycleOutcome, decide_and_commit, run_cycle
 from scheduling.lock import CycleLease, PostgresCycleLock, issue_token
-from scheduling.models import ReplicaPlacementRecord
+from scheduling.models import Job, PendingReason, ReplicaPlacementRecord
 from tests.scheduling.conftest import build_cluster
 
 pytestmark = [
@@ -174,3 +175,43 @@ def test_a_node_shrunk_while_a_cycle_commits_keeps_the_gpus_it_places_on(
     )
     assert Node.objects.get(name="gpu-1").gpus == 4
     assert max(devices_booked()) == (Node.objects.get(name="gpu-1").pk, 3)
+
+
+def test_a_reason_row_that_arrives_during_the_first_insert_turns_it_into_the_merge(settings: Any) -> None:
+    """The first write into an empty reasons table is a plain insert; another commit's row for
+    the same job, uncommitted when the table was seen empty, makes that insert fail on its key
+    once it commits. Only the insert is undone (a savepoint), and the merge writes the reason."""
+    settings.SCHEDULER_TRIGGER = "none"
+    cluster = build_cluster(node_gpus=(8,))
+    waiter = cluster.submit("waiter", gpus=16)
+    PendingReason.objects.all().delete()
+    revision = Job.objects.get(pk=waiter.pk).revision
+    inserted, blocked = threading.Event(), threading.Event()
+
+    def race(number: int) -> list[int] | None:
+        if number == 0:  # the other commit: its row in, not yet committed, until the write waits on it
+            with transaction.atomic():
+                PendingReason.objects.create(job=waiter, revision=revision, code="no_fit", message="other", position=2)
+                inserted.set()
+                assert blocked.wait(timeout=20)
+            return None
+        assert inserted.wait(timeout=20)
+        with transaction.atomic():
+            return pending_reasons.write([(waiter.pk, revision, "no_fit", "mine", 1)])
+
+    def watch(number: int) -> None:  # sets `blocked` once the write waits for the other's key
+        assert inserted.wait(timeout=20)
+        for _ in range(400):
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                )
+                if cursor.fetchone()[0]:
+                    blocked.set()
+                    return
+            time.sleep(0.05)
+
+    results = in_threads(3, lambda number: watch(number) if number == 2 else race(number))
+    assert results[1] == [waiter.pk]
+    assert PendingReason.objects.get(job_id=waiter.pk).message == "mine"
