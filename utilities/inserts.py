@@ -65,8 +65,24 @@ def _rows(objects: Sequence[models.Model], fields: list[models.Field[Any, Any]])
             columns[at] = [field.pre_save(obj, True) for obj in objects]
         unchanged, prepare = _preparer(field)
         if not set(map(type, columns[at])) <= unchanged:
-            columns[at] = [prepare(value) for value in columns[at]]
+            columns[at] = _prepared(columns[at], prepare)
     return list(zip(*columns, strict=True))
+
+
+def _prepared(column: Sequence[Any], prepare: Callable[[Any], Any]) -> list[Any]:
+    """The column's values prepared, each distinct object once: a batch's rows often share one
+    (a bulk submission's jobs all carry the batch's `submitted_at`, a datetime prepared through
+    time-zone conversion and formatting, 10,000 times for S3's bursts). By identity, not
+    equality, so that values equal but prepared differently (1 and 1.0, True and 1) stay apart;
+    the column holds every object for the call, so no id is reused while the memo lives."""
+    memo: dict[int, Any] = {}
+    prepared: list[Any] = []
+    for value in column:
+        key = id(value)
+        if key not in memo:
+            memo[key] = prepare(value)
+        prepared.append(memo[key])
+    return prepared
 
 
 def create_all(objects: Sequence[Model]) -> list[Model]:
