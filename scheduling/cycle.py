@@ -222,6 +222,7 @@ def _decide_and_commit(
         snapshots.committed(
             index.fence_generation + 1, rows_written=applied.reasons_read_again + len(applied.decisions)
         )
+        history.committed(index.fence_generation + 1)
     except _Refused as refusal:
         logger.warning("cycle with token %s refused: %s", lease.token, refusal.why)
         return CycleOutcome(
@@ -246,7 +247,7 @@ def _record_allocations(result: engine.CycleResult, index: SnapshotIndex, now: d
         for name, quota_id in index.quota_ids.items()
         if (status := result.quotas.get(name)) is not None
     }
-    history.record_changes(figures=figures, at=now)
+    history.record_changes(figures=figures, at=now, seen_generation=index.fence_generation)
     history.prune_now_and_then(now=now)
     resource_figures.record_fair_shares(result=result, quota_ids=index.quota_ids, at=now)
 
