@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
-import psycopg
 from django.db import connection
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.utils import timezone
@@ -153,6 +152,8 @@ def _beat_cursor() -> CursorWrapper:
         return connection.cursor()
     connection.ensure_connection()
     connection.validate_thread_sharing()
+    import psycopg  # here, not at the top: a process on SQLite (`manage.py simulate`) never loads it
+
     raw = connection.connection
     raw.prepare_threshold = 0
     cursor = psycopg.Cursor(raw)

@@ -48,6 +48,34 @@ def test_a_cycle_that_changes_nothing_records_nothing(cluster: Cluster) -> None:
     assert AllocationSample.objects.count() == before
 
 
+def test_the_next_cycle_compares_with_the_figures_kept_in_the_process(cluster: Cluster) -> None:
+    cluster.submit("train", gpus=4)
+    services.converge()
+    services.run_cycle_now(trigger="test")  # this process committed last: its copy answers
+    moved = {cluster.quotas["team-a"].pk: history.AllocationFigures(4.0, 8.0, 4.0)}
+    with CaptureQueriesContext(connection) as captured:
+        history.record_changes(figures=moved, at=get_clock().now(), seen_generation=history._latest.generation)
+    assert not any("last_sample" in query["sql"] for query in captured.captured_queries)
+
+
+def test_a_sample_written_by_anyone_else_makes_the_cycle_read_the_latest_again(cluster: Cluster) -> None:
+    cluster.submit("train", gpus=4)
+    services.converge()
+    # Not through a cycle, so the fence does not move: the highest sample id says it changed.
+    AllocationSample.objects.create(
+        quota=cluster.quotas["team-a"], at=get_clock().now(), allocated=0.0, guaranteed=8.0, fair_share=0.0
+    )
+    services.run_cycle_now(trigger="test")
+    assert figures("team-a")[-1] == (4.0, 8.0, 4.0)
+
+
+def test_a_cleared_history_is_written_again_by_the_next_cycle(cluster: Cluster) -> None:
+    services.converge()
+    AllocationSample.objects.all().delete()
+    services.run_cycle_now(trigger="test")
+    assert figures("team-a") == [(0.0, 8.0, 0.0)]
+
+
 def test_a_new_guarantee_is_recorded(cluster: Cluster) -> None:
     services.converge()
     quota_services.scale_quota(actor=None, quota=cluster.quotas["team-a"], gpus=6)
