@@ -104,10 +104,7 @@ def record_changes(
     the latest figures answers (see `_Latest`); the copy taken here waits for `committed`."""
     cached = _latest.generation is not None and _latest.generation == seen_generation
     _latest.generation, _latest.staged = None, None  # nothing stays valid if this commit fails
-    if cached and _highest_id() == _latest.max_id:
-        last = _latest.figures
-    else:
-        last = latest_figures()
+    last = _latest.figures if cached and _highest_id() == _latest.max_id else latest_figures()
     rows = []
     for quota_id, current in figures.items():
         rounded = _rounded(current)
