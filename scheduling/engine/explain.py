@@ -86,7 +86,11 @@ def pending_reasons(session: Session) -> dict[str, PendingReason]:
             key = (code, (), quota, needs[job], replica[job], spec.cpu, spec.memory_gib)
             message = messages.get(key)
             if message is None:
-                message = messages[key] = sentence(session, job, code, (), free, largest)
+                message = messages[key] = (
+                    capacity_sentence(session, quota, needs[job], free)
+                    if code == INSUFFICIENT_CAPACITY
+                    else sentence(session, job, code, (), free, largest)
+                )
             out[spec.id] = new_pending_reason(code, message, position)
             continue
         code, args = final_reason(session, job, free)
@@ -227,21 +231,26 @@ def sentence(session: Session, job: int, code: str, args: tuple[Any, ...], free:
                 f"waiting for {args[0]} evicted job(s) to release their GPUs; {gpu_count(args[1])} are promised to it"
             )
         return f"waiting for evicted jobs to release their GPUs; needs {gpu_count(need)}"
-    leaf = session.job_leaf[job]
+    if code != NO_FIT:
+        return capacity_sentence(session, session.job_leaf[job], need, free)
+    if replica < MILLI:
+        best = session.cluster.largest_device_free()
+        shape = f"{gpus(replica)} of one GPU" + (f" x {count:,} replicas" if count > 1 else "")
+        return f"needs {shape}; the most free on one device is {gpus(best)}"
     shape = (
         f"{count:,} replicas of {gpu_count(replica)}, each on one node"
         if count > 1
         else f"{gpu_count(replica)} on one node"
     )
-    if replica < MILLI:
-        best = session.cluster.largest_device_free()
-        shape = f"{gpus(replica)} of one GPU" + (f" x {count:,} replicas" if count > 1 else "")
-        if code == NO_FIT:
-            return f"needs {shape}; the most free on one device is {gpus(best)}"
-    elif code == NO_FIT:
-        if (spec.cpu > 0 or spec.memory_gib > 0) and replica // MILLI <= largest:
-            return node_fit_sentence(session, job, shape)
-        return f"needs {shape}; largest free block is {largest}"
+    if (spec.cpu > 0 or spec.memory_gib > 0) and replica // MILLI <= largest:
+        return node_fit_sentence(session, job, shape)
+    return f"needs {shape}; largest free block is {largest}"
+
+
+def capacity_sentence(session: Session, leaf: int, need: int, free: int) -> str:
+    """insufficient_capacity: the pool's free GPUs, and the quota's fair share where the job
+    would go above it (the sentence most pending jobs of a full pool carry: one per quota and
+    job size, so it is built without the shape that only no_fit quotes)."""
     allocated = session.allocated[leaf]
     share = session.fair_share[leaf]
     name = session.tree.names[leaf]
