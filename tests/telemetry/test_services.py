@@ -16,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from telemetry import retention, selectors, services, synthetic, tasks
 from telemetry.models import GpuSample, Resolution
 from telemetry.services import GpuReading
+from tests.scheduling.test_agent_live import unlocked
 
 pytestmark = pytest.mark.django_db
 
@@ -267,9 +268,12 @@ def test_agents_readings_are_written_by_the_writer_thread_within_the_flush_time(
     try:
         assert services.record_agent_samples(node=node, samples=readings) == 0
         deadline = time.monotonic() + 10
-        while GpuSample.objects.filter(node=node).count() < 8 and time.monotonic() < deadline:
+        # The writer thread's insert and this read meet on the in-memory SQLite's shared cache,
+        # whose table lock fails the read instead of waiting: read again (`unlocked`).
+        while unlocked(GpuSample.objects.filter(node=node).count) < 8 and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert sorted(GpuSample.objects.filter(node=node).values_list("gpu", flat=True)) == list(range(8))
+        written = unlocked(lambda: list(GpuSample.objects.filter(node=node).values_list("gpu", flat=True)))
+        assert sorted(written) == list(range(8))
     finally:
         settings.AGENT_SAMPLES_FLUSH_SECONDS = 0
         services.flush_agent_samples()
