@@ -73,28 +73,42 @@ class DeferredReasons:
             return
         rows = [(pk, *self.stored[pk]) for pk in sorted(self.dirty)]
         self.dirty.clear()
-        if connection.vendor == "postgresql":  # as the commit hands them over (`_write_reasons`)
-            with transaction.atomic():
-                done = set(pending_reasons.write(rows))
-                versions = {seen.pk: seen.version for seen in self.seen.values() if seen.pk in done}
-                settled = [
-                    (pk, versions[pk], versions[pk], code, message, position)
-                    for pk, _revision, code, message, position in rows
-                    if versions.get(pk) is not None
-                ]
-                transaction.on_commit(lambda: snapshots.reasons_written(settled))  # type: ignore[arg-type]
-            return
+        versions = {seen.pk: seen.version for seen in self.seen.values()}
         with transaction.atomic():  # one commit; the snapshot's memory is a base again after it
-            logged = snapshot_moves.logged()
-            unmoved: list[pending_reasons.ReasonRow] = []
-            others: list[pending_reasons.ReasonRow] = []
-            for row in rows:
-                seen = self.seen.get(str(row[0]))  # str(pk): job_key
-                still = seen is not None and seen.state == JobState.PENDING and seen.revision == row[1]
-                (unmoved if still and row[0] not in logged else others).append(row)
-            pending_reasons.write(others)
-            if pending_reasons.write(unmoved):
-                snapshots.reasons_written_here(unmoved, logged, self.seen)
+            write_reasons(rows, versions=versions, seen=self.seen)
+
+
+def write_reasons(
+    rows: list[pending_reasons.ReasonRow], *, versions: dict[int, str | None], seen: dict[str, JobSeen]
+) -> int:
+    """Write `rows` (pending_reasons.write) inside the caller's transaction, and hand what was
+    written to the snapshot's memory so that the next cycle need not read those jobs again:
+    on PostgreSQL once committed, each at its row's version (`versions`, as the snapshot read
+    them: a reason does not move the job row's); on simulate's SQLite inside the commit, the
+    jobs still as `seen` read them and untouched since (`snapshot.reasons_written_here`, which
+    takes only a batch written whole: the others go in a write of their own). Returns the rows
+    the SQLite write is known to have written (PostgreSQL: 0, its rows being taken by version)."""
+    if connection.vendor == "postgresql":
+        done = set(pending_reasons.write(rows))
+        settled = [
+            (pk, version, version, code, message, position)
+            for pk, _revision, code, message, position in rows
+            if pk in done and (version := versions.get(pk)) is not None
+        ]
+        transaction.on_commit(lambda: snapshots.reasons_written(settled))
+        return 0
+    logged = snapshot_moves.logged()
+    unmoved: list[pending_reasons.ReasonRow] = []
+    others: list[pending_reasons.ReasonRow] = []
+    for row in rows:
+        job = seen.get(str(row[0]))  # str(pk): job_key
+        still = job is not None and job.state == JobState.PENDING and job.revision == row[1]
+        (unmoved if still and row[0] not in logged else others).append(row)
+    written = len(pending_reasons.write(others))
+    taken = pending_reasons.write(unmoved)
+    if taken:
+        snapshots.reasons_written_here(unmoved, logged, seen)
+    return written + len(taken)
 
 
 class _CommitRows:
@@ -329,23 +343,8 @@ class _CommitRows:
             if wanted != (seen.reason_code, seen.reason_message, seen.position):
                 rows.append((seen.pk, seen.revision, *wanted))
                 versions[seen.pk] = seen.version
-        if not rows:
-            return
-        if connection.vendor != "postgresql":
-            logged_before = snapshot_moves.logged()
-            written = pending_reasons.write(rows)
-            if written:  # simulate's SQLite: the snapshot takes them as written
-                snapshots.reasons_written_here(rows, logged_before, self.index.jobs)
-            self.applied.reasons_read_again = len(written)
-            return
-        done = set(pending_reasons.write(rows))
-        # The job row's version does not move with its reason: before and after are the same.
-        settled = [
-            (pk, versions[pk], versions[pk], code, message, position)
-            for pk, _revision, code, message, position in rows
-            if pk in done and versions[pk] is not None
-        ]
-        transaction.on_commit(lambda: snapshots.reasons_written(settled))  # type: ignore[arg-type]
+        if rows:
+            self.applied.reasons_read_again = write_reasons(rows, versions=versions, seen=self.index.jobs)
 
     def _defer_reasons(self, result: engine.CycleResult, admitted_now: set[str], deferred: DeferredReasons) -> None:
         """`_write_reasons` into `deferred`: each reason compared with the one the job will have
