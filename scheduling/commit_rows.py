@@ -44,6 +44,8 @@ class _Applied:
     # Pending jobs whose reason this commit rewrote without telling the snapshot's memory (SQLite,
     # or a snapshot read without row versions): so many rows the next snapshot reads anew.
     reasons_read_again: int = 0
+    # Some pending job's new queue position was left for a later commit (pending_reasons.positions_due).
+    positions_held: bool = False
     skipped: int = 0
     decisions: list[dict[str, Any]] = field(default_factory=list)
     admitted_ids: list[int] = field(default_factory=list)
@@ -335,14 +337,23 @@ class _CommitRows:
         rows: list[pending_reasons.ReasonRow] = []
         versions: dict[int, str | None] = {}  # the rows' jobs' versions, for the snapshot's memory
         reason_of, pending, none = result.pending.get, JobState.PENDING, ("", "", None)  # 150,000 jobs at S4
+        positions, held = pending_reasons.positions_due(self.now), False
         for key, seen in self.index.jobs.items():
             if seen.state != pending or key in admitted_now:
                 continue
             reason = reason_of(key)
-            wanted = (reason.code, reason.message, reason.position) if reason is not None else none
-            if wanted != (seen.reason_code, seen.reason_message, seen.position):
-                rows.append((seen.pk, seen.revision, *wanted))
-                versions[seen.pk] = seen.version
+            code, message, position = wanted = (
+                (reason.code, reason.message, reason.position) if reason is not None else none
+            )
+            if code == seen.reason_code and message == seen.reason_message:
+                if position == seen.position:
+                    continue
+                if not positions and position is not None and seen.position is not None:
+                    held = True  # only moved in the queue, and positions are not due
+                    continue
+            rows.append((seen.pk, seen.revision, *wanted))
+            versions[seen.pk] = seen.version
+        self.applied.positions_held = held
         if rows:
             self.applied.reasons_read_again = write_reasons(rows, versions=versions, seen=self.index.jobs)
 

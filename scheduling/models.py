@@ -278,6 +278,9 @@ class SchedulerFence(models.Model):
     # out while jobs wait) may change the last committed decisions: the beat runs a cycle then
     # even though no change was recorded (scheduling.changes).
     wake_at = models.DateTimeField(null=True, blank=True)
+    # When a commit last wrote every pending job's moved queue position (pending_reasons.positions_due):
+    # positions alone are written at most every SCHEDULER_POSITION_REFRESH_SECONDS.
+    positions_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"fence token={self.token} generation={self.generation}"
