@@ -72,6 +72,9 @@ class Figure:
     ended: int
     seconds: float
     failed: int = 0
+    # Jobs left in Slurm when the drain stopped moving for --stall seconds: `seconds` ends at the
+    # last one that ended, and the rate is of the ended jobs.
+    stuck: int = 0
 
     @property
     def rate(self) -> float:
@@ -79,6 +82,8 @@ class Figure:
 
     def line(self) -> str:
         whole = "" if self.ended == self.jobs else f" (stopped at --limit: {self.ended} of {self.jobs} ended)"
+        if self.stuck:
+            whole = f" ({self.ended} of {self.jobs} ended, {self.stuck} stuck: no progress for --stall seconds)"
         return (
             f"({self.part}) {self.rate:.1f} jobs/s: {self.ended} jobs in {self.seconds:.1f} s, "
             f"{self.failed} not succeeded{whole}"
@@ -265,11 +270,31 @@ def part_a(args: argparse.Namespace, scratch: Path) -> Figure:
         say(f"(a) {args.jobs} jobs sbatch'ed in {time.monotonic() - started:.0f} s, pending behind the fillers")
         began = time.monotonic()
         cancel_fillers(cluster, fillers)
-        until(lambda: live_count(cluster, "drain") == 0, args.limit)
-        seconds = time.monotonic() - began
+        seconds = until_stalled(lambda: live_count(cluster, "drain"), began, args.limit, args.stall)
         left = len(answered(lambda: squeue_ids(cluster, "drain", "PENDING,RUNNING,COMPLETING,CONFIGURING")))
         failed = answered(lambda: squeue_ids(cluster, "drain", "FAILED,TIMEOUT,NODE_FAIL"))
-    return Figure("a", args.jobs, args.jobs - left, seconds, len(failed))
+    if left:
+        say(f"(a) {left} jobs stuck in Slurm (no progress for {args.stall:g} s, or --limit): the rate is of the ended")
+    return Figure("a", args.jobs, args.jobs - left, seconds, len(failed), stuck=left)
+
+
+def until_stalled(live: Callable[[], int], began: float, limit: float, stall: float) -> float:
+    """Seconds from `began` (a monotonic time) until `live()` (jobs left, -1: no answer) is 0, or,
+    when it stops moving for `stall` seconds (Slurm alone has left jobs held or running with no
+    process for ever on this machine: 32 of 10,000 on 2026-11-28), until it last moved; `limit`
+    at most."""
+    last_count, last_moved = -1, began
+    while time.monotonic() - began < limit:
+        count = live()
+        now = time.monotonic()
+        if count == 0:
+            return now - began
+        if count > 0 and count != last_count:
+            last_count, last_moved = count, now
+        elif now - last_moved > stall:
+            return last_moved - began
+        time.sleep(0.2)
+    return limit
 
 
 # --- the console ------------------------------------------------------------------------------
@@ -385,16 +410,25 @@ def slurm_phases(cluster: SlurmCluster, queued: list[int], part: str) -> None:
         pk: at for pk, at in Job.objects.filter(pk__in=queued).values_list("pk", "finished_at") if at is not None
     }
     rows = list(
-        SlurmJob.objects.filter(job_id__in=queued).values_list("job_id", "slurm_id", "submitted_at", "ended_at")
+        SlurmJob.objects.filter(job_id__in=queued).values_list(
+            "job_id", "slurm_id", "array_task", "submitted_at", "ended_at"
+        )
     )
     try:
         answer = json_module.loads(cluster.command("squeue", "--json", "--states=all"))
     except (subprocess.TimeoutExpired, ValueError):
         return
-    times = {int(row["job_id"]): (row.get("start_time"), row.get("end_time")) for row in answer.get("jobs", [])}
+    # By the array's id and task (slurm.client.SlurmJob.key): the console's replicas are array tasks.
+    times = {
+        (int(row.get("array_job_id") or row["job_id"]), row.get("array_task_id")): (
+            row.get("start_time"),
+            row.get("end_time"),
+        )
+        for row in answer.get("jobs", [])
+    }
     to_sbatch, to_start, to_end, to_seen, to_finish = [], [], [], [], []
-    for job_id, slurm_id, submitted_at, ended_at in rows:
-        start, end = times.get(int(slurm_id or 0), (None, None))
+    for job_id, slurm_id, array_task, submitted_at, ended_at in rows:
+        start, end = times.get((int(slurm_id or 0), array_task), (None, None))
         if admitted.get(job_id) and submitted_at:
             to_sbatch.append((submitted_at - admitted[job_id]).total_seconds())
         if start and submitted_at:
@@ -651,6 +685,9 @@ def main() -> int:
     parser.add_argument("--heartbeat", type=float, default=2.0, help="AGENT_HEARTBEAT_SECONDS in (c)")
     parser.add_argument("--settle", type=float, default=10.0, help="seconds the queue waits before the cancel")
     parser.add_argument("--limit", type=float, default=1800.0, help="the longest a drain may take")
+    parser.add_argument(
+        "--stall", type=float, default=60.0, help="(a) stops when no job ended for this long; the rest are stuck"
+    )
     parser.add_argument("--memory-floor-gib", type=float, default=2.5)
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL", "").startswith("postgres") or not os.environ.get("REDIS_URL"):
@@ -676,7 +713,10 @@ def main() -> int:
                 if swept := sweep_run(token):
                     say(f"({args.parts[0]}) {len(swept)} processes left at the end, killed: {'; '.join(swept[:5])}")
             say(f"{figure.line()}; load {os.getloadavg()[0]:.2f}")
-            print(f"FIGURE {figure.part} {figure.jobs} {figure.ended} {figure.seconds} {figure.failed}", flush=True)
+            print(
+                f"FIGURE {figure.part} {figure.jobs} {figure.ended} {figure.seconds} {figure.failed} {figure.stuck}",
+                flush=True,
+            )
             return 0
         for part in args.parts:
             # Each part in its own process: its own Django set-up, database and console.
@@ -725,8 +765,8 @@ def run_part(part: str) -> Figure:
     try:
         for line in child.stdout:
             if line.startswith("FIGURE "):
-                _tag, name, jobs, ended, seconds, failed = line.split()
-                figure = Figure(name, int(jobs), int(ended), float(seconds), int(failed))
+                _tag, name, jobs, ended, seconds, failed, stuck = line.split()
+                figure = Figure(name, int(jobs), int(ended), float(seconds), int(failed), int(stuck))
             else:
                 print(line, end="", flush=True)
     finally:

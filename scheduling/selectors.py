@@ -52,12 +52,13 @@ def _slurm_jobs() -> tuple[str, ...]:
     return ("slurm_jobs",) if hasattr(Job, "slurm_jobs") else ()
 
 
-def slurm_job_ids(job: Job) -> list[int]:
-    """The Slurm job ids of the job's replicas, oldest first (an earlier run's, of a requeued job,
-    included); empty for a job of another executor. Read from job_list's prefetch."""
+def slurm_job_ids(job: Job) -> list[str]:
+    """Slurm's ids of the job's replicas as squeue shows them (`812_3`: task 3 of job array 812),
+    oldest first (an earlier run's, of a requeued job, included); empty for a job of another
+    executor. Read from job_list's prefetch."""
     if not _slurm_jobs():
         return []
-    return [int(row.slurm_id) for row in job.slurm_jobs.all() if row.slurm_id is not None]
+    return [str(row.slurm_label) for row in job.slurm_jobs.all() if row.slurm_id is not None]
 
 
 def job_events(*, job: Job) -> QuerySet[JobEvent]:

@@ -39,8 +39,8 @@ _GRES_GPU = re.compile(r"^gpu(?::(?P<model>[^:(]+))?:(?P<count>\d+)")
 _GRES_INDICES = re.compile(r"IDX:(?P<indices>[0-9,\-]+)")
 # squeue's columns, each ended by "|" (an empty width: never cut). The name is last: it is the
 # only one that may hold a "|".
-_SQUEUE_FORMAT = "JobID:|,State:|,exit_code:|,NodeList:|,tres-per-node:|,Reason:|,Name:|"
-_SQUEUE_COLUMNS = 7
+_SQUEUE_FORMAT = "JobID:|,State:|,exit_code:|,NodeList:|,tres-per-node:|,Reason:|,ArrayJobID:|,ArrayTaskID:|,Name:|"
+_SQUEUE_COLUMNS = 9
 # `scontrol -d -o show job`'s per-node allocation: "Nodes=n[1-2] CPU_IDs=0 Mem=100 GRES=gpu:fake:1(IDX:0)".
 _NODE_ALLOCATION = re.compile(r"(?:^|\s)Nodes=(?P<nodes>\S+) CPU_IDs=\S* Mem=\S* GRES=(?P<gres>\S*)")
 _HOST_RANGE = re.compile(r"(?P<prefix>[^,\[]*)\[(?P<ranges>[^\]]*)\](?P<suffix>[^,]*)")
@@ -79,6 +79,20 @@ class SlurmJob:
     # Each node's GPU indices (scontrol show job -d's per-node GRES=…(IDX:…)): a job over several
     # nodes holds a share of each. The console's own jobs are on one node.
     held: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # The job array this job is a task of, and its task id (None: not an array's). A pending
+    # task has the array's job id; a started one its own (squeue --array lists each task).
+    array_id: int = 0
+    array_task: int | None = None
+
+    @property
+    def key(self) -> tuple[int, int | None]:
+        """What names this job for as long as slurmctld knows it: (array id, task), or (its id, None)."""
+        return (self.array_id or self.slurm_id, self.array_task)
+
+    @property
+    def label(self) -> str:
+        """Its id as squeue shows it and scancel takes it (`12_3` for an array's task)."""
+        return f"{self.key[0]}_{self.array_task}" if self.array_task is not None else str(self.slurm_id)
 
     @property
     def live(self) -> bool:
@@ -152,9 +166,13 @@ def job_of_squeue_line(line: str) -> SlurmJob:
     columns = line.split("|", _SQUEUE_COLUMNS - 1)
     if len(columns) < _SQUEUE_COLUMNS or not columns[0].strip().isdigit():
         raise SlurmUnavailable(f"squeue answered an unreadable line: {line[:80]!r}")
-    job_id, state, exit_status, nodes, tres, reason, name = (column.strip() for column in columns)
+    job_id, state, exit_status, nodes, tres, reason, array_id, array_task, name = (column.strip() for column in columns)
     gpus, _model = gpus_of_gres(tres.removeprefix("gres:"))
     return SlurmJob(
+        array_id=int(array_id) if array_id.isdigit() else 0,
+        # "N/A" for a job that is no array's task (and for an array's own record once it ended
+        # with tasks never started: slurm.executor.follow).
+        array_task=int(array_task) if array_task.isdigit() else None,
         slurm_id=int(job_id),
         name=name.removesuffix("|"),
         comment="",
@@ -166,6 +184,53 @@ def job_of_squeue_line(line: str) -> SlurmJob:
         gpu_indices=(),
         gpus=gpus,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayTask:
+    """One replica as one task of a job array: what its shell runs, with which variables, and
+    where it writes the GPU indices Slurm bound (empty: nowhere)."""
+
+    command: str
+    environment: Mapping[str, str]
+    devices_file: str = ""
+
+
+def task_script(task: ArrayTask) -> str:
+    """One task's shell lines. With `devices_file`, the first writes there the GPU indices Slurm
+    bound (`SLURM_JOB_GPUS`): the console learns them without asking slurmctld for each job."""
+    lines = []
+    if task.devices_file:
+        lines.append(f"printf '%s\\n' \"${{SLURM_JOB_GPUS-}}\" 2>/dev/null >{shlex.quote(task.devices_file)}")
+    lines += [f"export {key}={shlex.quote(value)}" for key, value in sorted(task.environment.items())]
+    lines.append(task.command)
+    return "\n".join(lines)
+
+
+def array_indices(tasks: Mapping[int, ArrayTask]) -> str:
+    """sbatch's --array for these task ids: `0-7`, or a list when some are missing (`0,2-3`)."""
+    spans: list[list[int]] = []
+    for index in sorted(tasks):
+        if spans and index == spans[-1][1] + 1:
+            spans[-1][1] = index
+        else:
+            spans.append([index, index])
+    return ",".join(str(first) if first == last else f"{first}-{last}" for first, last in spans)
+
+
+def array_script(tasks: Mapping[int, ArrayTask]) -> str:
+    """The batch script of a job array: each task's lines, chosen by SLURM_ARRAY_TASK_ID and run by
+    `eval` in the script's own shell (quoted whole, a command may hold anything, `;;` and `esac`
+    too; `exec` in it replaces the shell as it did in a script of its own)."""
+    lines = ["#!/bin/sh", 'case "${SLURM_ARRAY_TASK_ID-}" in']
+    lines += [f"{index}) eval {shlex.quote(task_script(task))} ;;" for index, task in sorted(tasks.items())]
+    lines += ['*) echo "no replica for array task ${SLURM_ARRAY_TASK_ID-}" >&2; exit 1 ;;', "esac"]
+    return "\n".join(lines) + "\n"
+
+
+def array_output(output_pattern: str, task: int) -> str:
+    """The output file of one task of an array submitted with `output_pattern` (Slurm's `%a`)."""
+    return output_pattern.replace("%a", str(task))
 
 
 def devices_path(output: str) -> str:
@@ -294,7 +359,8 @@ class SlurmClient:
         """Every job slurmctld still knows, ended ones included (for MinJobAge seconds) unless
         `ended` is False (squeue's default states: pending, running and the like). One line a
         job, without bound GPU indices (the module says why; `held_gpus` asks for them)."""
-        argv = ["squeue", "--noheader", f"--Format={_SQUEUE_FORMAT}", *(["--states=all"] if ended else [])]
+        # --array: one line per array task, the pending ones too (not one line for them all).
+        argv = ["squeue", "--array", "--noheader", f"--Format={_SQUEUE_FORMAT}", *(["--states=all"] if ended else [])]
         return [job_of_squeue_line(line) for line in self._run(argv).splitlines() if line.strip()]
 
     def held_gpus(self, slurm_id: int) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -308,7 +374,7 @@ class SlurmClient:
             raise
         return held_of_scontrol(text)
 
-    def submit(
+    def submit_array(
         self,
         *,
         name: str,
@@ -318,12 +384,16 @@ class SlurmClient:
         cpus: int,
         partition: str = "",
         memory_mib: int,
-        output: str,
-        command: str,
-        environment: Mapping[str, str],
-        devices_file: str = "",
+        output_pattern: str,
+        tasks: Mapping[int, ArrayTask],
     ) -> int:
-        """Submit one batch job pinned to `node`; returns Slurm's job id.
+        """Submit one job array pinned to `node`, each task id running its task; returns the array's id.
+
+        Every task asks for the same node, GPUs, CPUs and memory (one group of a wave's replicas,
+        slurm.submitting); the batch script picks a task's command and environment by
+        `SLURM_ARRAY_TASK_ID`. One sbatch for the group: a sbatch per replica was one process and
+        one RPC each, thousands of them at once on a drain (docs/slurm.md). `output_pattern` holds
+        Slurm's `%a`, the task id: each task has its own output file (array_output).
 
         The job's environment is written into the script rather than passed with `--export`,
         whose list is split on commas that values may hold. sbatch itself runs with only the
@@ -331,25 +401,20 @@ class SlurmClient:
         hands on: the console's own environment (its database URL among it) stays out of the job.
         `--export=NONE` would do that too, but makes slurmd load the user's login environment,
         about 3 s more per start on the test machine.
-
-        With `devices_file`, the script's first line writes there the GPU indices Slurm bound
-        (`SLURM_JOB_GPUS`): the console learns them without asking slurmctld for each job.
         """
-        lines = ["#!/bin/sh"]
-        if devices_file:
-            lines.append(f"printf '%s\\n' \"${{SLURM_JOB_GPUS-}}\" 2>/dev/null >{shlex.quote(devices_file)}")
-        lines += [f"export {key}={shlex.quote(value)}" for key, value in sorted(environment.items())]
-        lines.append(command)
+        if not tasks:
+            raise ValueError("a job array needs a task")
         argv = [
             "sbatch",
             "--parsable",
+            f"--array={array_indices(tasks)}",
             f"--job-name={name}",
             f"--comment={comment}",
             f"--nodelist={node}",
             "--nodes=1",
             "--ntasks=1",
             "--export=ALL",
-            f"--output={output}",
+            f"--output={output_pattern}",
             "--open-mode=append",
         ]
         if partition:
@@ -361,29 +426,34 @@ class SlurmClient:
         if memory_mib:
             argv.append(f"--mem={memory_mib}M")
         basic = {key: value for key, value in os.environ.items() if key in _SUBMIT_VARIABLES}
-        answer = self._run(argv, stdin="\n".join(lines) + "\n", environment=basic).strip()
+        answer = self._run(argv, stdin=array_script(tasks), environment=basic).strip()
         try:
             return int(answer.split(";")[0])
         except ValueError:
             raise SlurmUnavailable(f"sbatch answered {answer[:80]!r}, not a job id") from None
 
-    def signal(self, slurm_ids: Sequence[int], signal_name: str) -> None:
-        """Send a signal to the jobs' every process (the batch shell and its children)."""
-        if slurm_ids:
-            self._run(["scancel", "--full", f"--signal={signal_name}", *map(str, slurm_ids)])
+    def signal(self, labels: Sequence[str], signal_name: str) -> None:
+        """Send a signal to the jobs' every process (the batch shell and its children); `labels`
+        as scancel takes them (`12`, or `12_3` for one task of an array)."""
+        if labels:
+            self._run(["scancel", "--full", f"--signal={signal_name}", *labels])
 
-    def cancel(self, slurm_ids: Sequence[int]) -> None:
+    def cancel(self, labels: Sequence[str]) -> None:
         """Cancel the jobs: Slurm sends SIGTERM, then SIGKILL after its KillWait."""
-        if slurm_ids:
-            self._run(["scancel", *map(str, slurm_ids)])
+        if labels:
+            self._run(["scancel", *labels])
 
 
 __all__ = [
     "LIVE_JOB_STATES",
+    "ArrayTask",
     "SlurmClient",
     "SlurmJob",
     "SlurmNode",
     "SlurmUnavailable",
+    "array_indices",
+    "array_output",
+    "array_script",
     "availability",
     "devices_path",
     "expand_hostlist",
@@ -393,4 +463,5 @@ __all__ = [
     "indices_of_gres",
     "job_of_squeue_line",
     "read_devices_file",
+    "task_script",
 ]

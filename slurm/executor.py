@@ -1,13 +1,14 @@
 """The `slurm` executor: what the console decided, carried out by a Slurm cluster (docs/slurm.md).
 
 Each sync (at the first tick, then at most every SLURM_SYNC_SECONDS) reads the cluster with two
-bounded commands (`sinfo --json`, `squeue --json`), then:
+bounded commands (`sinfo --json`, a plain-text `squeue --array`), then:
 
 1. keeps Slurm's nodes as console nodes (slurm.inventory);
-2. submits each replica placed on a Slurm node that has no Slurm job yet (`sbatch`, pinned with
-   `--nodelist` and `--gres=gpu:N`): one batch job per replica, so that two replicas on one node
-   and replicas on several nodes are alike, and a replica is adopted, signalled and ended by
-   itself, as the agent does with its processes;
+2. submits each replica placed on a Slurm node that has no Slurm job yet (slurm.submitting:
+   `sbatch --array`, pinned with `--nodelist` and `--gres=gpu:N`, one array per node and shape
+   of a wave): each replica is one task of an array, a Slurm job of its own (`ARRAY_TASK`), so
+   that two replicas on one node and replicas on several nodes are alike, and a replica is
+   adopted, signalled and ended by itself, as the agent does with its processes;
 3. follows the Slurm jobs it submitted: the devices Slurm bound (recorded on the placement, so the
    Nodes grid shows Slurm's truth), the output (shipped to the job's log), the end (exit 0:
    succeeded; another code: failed with it; cancelled or vanished outside the console: failed with
@@ -28,42 +29,31 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
-from django.db.models import Case, PositiveBigIntegerField, Value, When
+from django.db import transaction
 
 from quotas import bounds
 from quotas.models import NodeExecutor
 from quotas.node_agents import installation_identity
 from scheduling import lifecycle, triggers
-from scheduling.agent_beat import replica_environment, replica_ranks
 from scheduling.agent_services import FAILURE_LOG_LINES, _append_logs
 from scheduling.models import Job, JobEvent, JobEventKind, JobLog, JobState, ReplicaPlacementRecord
-from scheduling.services import Ending, Release, finish_cancels, finish_job, finish_jobs, release_jobs
+from scheduling.services import Ending, Release, finish_cancels, finish_jobs, release_jobs
 from slurm import inventory, naming
-from slurm.client import SlurmClient, SlurmJob, SlurmUnavailable, devices_path, read_devices_file
+from slurm.client import SlurmClient, SlurmJob, SlurmUnavailable, read_devices_file
 from slurm.models import SlurmJob as SlurmJobRow
+from slurm.models import slurm_label
+from slurm.submitting import _now, _with_held, submit_placed
 
 logger = logging.getLogger(__name__)
 
-# A job with no command still holds its GPUs for its duration (or until ended), as on agent nodes.
-_FOREVER_SECONDS = 2**31 - 1
 # How much new output one sync reads of one Slurm job.
 _OUTPUT_BYTES_PER_SYNC = 256 * 1024
 # Slurm's job states that mean its node failed rather than its process.
 _NODE_FAILURES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
-# How many sbatch commands run at once when a cycle admitted many replicas (_sbatch_all), and how
-# many replicas are claimed (their rows written) in one statement before theirs run. 16 threads
-# were slower than 8 in the drain benchmark on the 2-core VM (sbatch is a process each).
-_SUBMIT_THREADS = 8
-_SUBMIT_CHUNK = 64
-
 _sync_lock = threading.Lock()
 _last_sync = {"at": -math.inf}
 # The worker runs several processes, each ticking: their syncs took turns ending the same jobs
@@ -172,293 +162,6 @@ def sync(slurm: SlurmClient, now: datetime) -> int:
     return changed
 
 
-# --- submitting -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Placed:
-    replica: int
-    job_id: int
-    node: str
-    devices: tuple[int, ...]
-    fraction: float
-    # The node's Slurm partition (its first): the job is submitted there, since a node outside the
-    # cluster's default partition is not reachable from it.
-    partition: str
-
-
-def _placed_without_slurm_job(job_ids: Sequence[int] | None) -> list[_Placed]:
-    placements = ReplicaPlacementRecord.objects.filter(
-        node__executor=NodeExecutor.SLURM, job__state=JobState.RUNNING
-    ).exclude(id__in=SlurmJobRow.objects.values("replica"))
-    if job_ids is not None:
-        placements = placements.filter(job_id__in=list(job_ids))
-    return [
-        _Placed(
-            replica,
-            job_id,
-            node,
-            tuple(int(device) for device in devices or ()),
-            float(fraction),
-            str((labels or {}).get(inventory.PARTITION) or ""),
-        )
-        for replica, job_id, node, devices, fraction, labels in placements.order_by("job_id", "id").values_list(
-            "id", "job_id", "node__name", "devices", "fraction", "node__labels"
-        )
-    ]
-
-
-def _environment(job: Job, rank: int, fraction: float) -> dict[str, str]:
-    environment = replica_environment(
-        job.environment or {},
-        job_id=job.pk,
-        job_name=job.name,
-        quota=job.quota.name,
-        rank=rank,
-        replicas=job.running_replicas,
-    )
-    if fraction < 1:
-        environment["GPU_QUOTA_FRACTION"] = f"{fraction:g}"
-    return environment
-
-
-def _command(job: Job) -> str:
-    if job.command:
-        return str(job.command)
-    return f"exec sleep {int(job.duration if job.duration is not None else _FOREVER_SECONDS)}"
-
-
-def _submit_refused(error: SlurmUnavailable) -> bool:
-    """sbatch ran and said no (a request Slurm cannot take), rather than not reaching slurmctld."""
-    said = str(error).lower()
-    unreachable = ("did not answer", "could not be run", "contact", "connect", "timed out", "communication")
-    return not any(word in said for word in unreachable)
-
-
-def _read_held_outside(slurm: SlurmClient) -> dict[str, dict[int, int]] | None:
-    """The GPUs that Slurm jobs outside the console hold now (one squeue), also written on the
-    nodes; None when Slurm does not answer (nothing is submitted then)."""
-    try:
-        jobs = slurm.jobs(ended=False)
-        own = {job.slurm_id for job in naming.sort_out(jobs, installation_identity()).own}
-        outside = _with_held(slurm, [job for job in jobs if job.slurm_id not in own])
-    except SlurmUnavailable as error:
-        logger.warning("Slurm: nothing submitted now, squeue did not answer: %s", error)
-        return None
-    inventory.mark_held_outside(outside)
-    return inventory.held_outside(outside)
-
-
-# The GPUs each running Slurm job outside the console holds, by its id, as scontrol said when the
-# console first saw it run: they do not change while it runs, so each is asked once (squeue's
-# text answer has no indices; client.jobs says why the console reads that one).
-_outside_held: dict[int, tuple[tuple[str, tuple[int, ...]], ...]] = {}
-
-
-def _with_held(slurm: SlurmClient, outside: Sequence[SlurmJob]) -> list[SlurmJob]:
-    """The jobs outside the console, the running ones with the devices they hold on each node."""
-    holding = [job for job in outside if inventory.holds_devices(job)]
-    for job in holding:
-        if job.slurm_id not in _outside_held:
-            held = slurm.held_gpus(job.slurm_id)
-            if held:  # none yet: asked again at the next read
-                _outside_held[job.slurm_id] = held
-    running = {job.slurm_id for job in holding}
-    for slurm_id in [known for known in _outside_held if known not in running]:
-        del _outside_held[slurm_id]
-    return [replace(job, held=_outside_held.get(job.slurm_id, ())) for job in outside]
-
-
-def _taken_outside(job: Job, placed: Sequence[_Placed], held: Mapping[str, Mapping[int, int]], now: datetime) -> bool:
-    """A job one of whose replicas was placed on devices that a Slurm job outside the console took
-    since the placement read them (it started after the last sync) goes back to the queue before
-    any of its replicas is submitted: submitted, it would wait in Slurm while the console counts
-    it running. The next cycle places it again, around those devices (its node's label says them)."""
-    for one in placed:
-        taken = sorted(set(one.devices) & set(held.get(one.node, {})))
-        if not taken:
-            continue
-        holders = sorted({held[one.node][device] for device in taken})
-        message = (
-            f"not started: Slurm job {', '.join(map(str, holders))}, outside the console, took GPU "
-            f"{','.join(map(str, taken))} of {one.node} after it was placed there; back to the queue"
-        )
-        with transaction.atomic():
-            if lifecycle.requeue_unstarted(job_id=job.pk, seen_revision=job.revision, now=now, message=message):
-                triggers.request_cycle_on_commit("slurm-gpus-outside")
-        return True
-    return False
-
-
-def submit_placed(
-    slurm: SlurmClient,
-    *,
-    job_ids: Sequence[int] | None = None,
-    held: Mapping[str, Mapping[int, int]] | None = None,
-) -> int:
-    """Submit each replica placed on a Slurm node that has no Slurm job yet; returns how many.
-
-    `held` is what Slurm jobs outside the console hold (inventory.held_outside), as the caller's
-    squeue read it; None reads it now. A job placed on devices held there goes back to the queue
-    instead (_taken_outside)."""
-    placed = _placed_without_slurm_job(job_ids)
-    if not placed:
-        return 0
-    if held is None:
-        held = _read_held_outside(slurm)
-        if held is None:
-            return 0
-    jobs = {job.pk: job for job in Job.objects.filter(pk__in={p.job_id for p in placed}).select_related("quota")}
-    # A job with a Slurm job already (a replica submitted before) is not taken back: its GPUs are
-    # held until that Slurm job ends; the rest of it is submitted and waits in Slurm.
-    started = set(SlurmJobRow.objects.filter(job_id__in=list(jobs)).values_list("job_id", flat=True))
-    replicas_of: dict[int, list[_Placed]] = defaultdict(list)
-    for one in placed:
-        replicas_of[one.job_id].append(one)
-    now = _now()
-    for job_id, replicas in replicas_of.items():
-        job = jobs.get(job_id)
-        if job is not None and job_id not in started and _taken_outside(job, replicas, held, now):
-            del jobs[job_id]
-    ranks = replica_ranks(jobs)
-    output_dir = Path(str(settings.SLURM_OUTPUT_DIR))
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        # Nothing is submitted whose output would be lost; said once, tried again at each sync.
-        inventory.warn_once("output", f"Slurm: SLURM_OUTPUT_DIR {output_dir} cannot be made: {error.strerror}")
-        return 0
-    console = installation_identity()
-    wanted = [
-        (one, job) for one in placed if (job := jobs.get(one.job_id)) is not None and job.state == JobState.RUNNING
-    ]
-    submitted = 0
-    # A chunk at a time: its rows claimed in one statement, its sbatch _SUBMIT_THREADS at a time,
-    # its ids written in one. A claimed row waits for its id at most a chunk's sbatch (follow
-    # drops a claim whose sbatch has not answered after 3 × SLURM_COMMAND_SECONDS).
-    for first in range(0, len(wanted), _SUBMIT_CHUNK):
-        claimed = _claim_all(
-            [
-                (one, job, naming.job_name(console, job.pk, one.replica))
-                for one, job in wanted[first : first + _SUBMIT_CHUNK]
-            ],
-            ranks,
-            output_dir,
-        )
-        answered: list[SlurmJobRow] = []
-        for (one, job, row), answer in zip(claimed, _sbatch_all(slurm, claimed), strict=True):
-            if isinstance(answer, SlurmUnavailable):
-                if _submit_refused(answer):
-                    SlurmJobRow.objects.filter(pk=row.pk).update(state="REFUSED", ended_at=_now())
-                    _fail(job, f"Slurm refused replica {row.rank} on {one.node}: {answer}")
-                else:
-                    # Not reached: no Slurm job exists; the next sync submits it again.
-                    SlurmJobRow.objects.filter(pk=row.pk).delete()
-                    logger.warning("Slurm: replica %s of job %s not submitted yet: %s", one.replica, job.pk, answer)
-                continue
-            row.slurm_id, row.state = answer, "PENDING"
-            answered.append(row)
-        # submitted_at becomes when the ids are known: a sync whose squeue was read before it
-        # does not take a job's absence there for a vanished job (follow). One statement; only
-        # the ids differ from row to row (bulk_update's CASE for three fields cost 0.1 s a chunk).
-        if answered:
-            SlurmJobRow.objects.filter(pk__in=[row.pk for row in answered]).update(
-                state="PENDING",
-                submitted_at=_now(),
-                slurm_id=Case(
-                    *(When(pk=row.pk, then=Value(row.slurm_id)) for row in answered),
-                    output_field=PositiveBigIntegerField(),
-                ),
-            )
-        submitted += len(answered)
-    return submitted
-
-
-def _claim_all(
-    wanted: Sequence[tuple[_Placed, Job, str]], ranks: Mapping[int, int], output_dir: Path
-) -> list[tuple[_Placed, Job, SlurmJobRow]]:
-    """The claims of many replicas in one statement; when another process claimed one of them
-    meanwhile (the statement fails as a whole), one at a time, leaving out the ones taken."""
-    rows = [_claim_row(one, job, name, ranks, output_dir) for one, job, name in wanted]
-    try:
-        with transaction.atomic():
-            created = SlurmJobRow.objects.bulk_create(rows)
-    except IntegrityError:
-        return [claim for one, job, name in wanted if (claim := _claim(one, job, name, ranks, output_dir))]
-    return [(one, job, row) for (one, job, _name), row in zip(wanted, created, strict=True)]
-
-
-def _claim(
-    one: _Placed, job: Job, name: str, ranks: Mapping[int, int], output_dir: Path
-) -> tuple[_Placed, Job, SlurmJobRow] | None:
-    """The claim: whoever writes this row submits the replica, once; None when another did."""
-    row = _claim_row(one, job, name, ranks, output_dir)
-    try:
-        with transaction.atomic():
-            row.save(force_insert=True)
-    except IntegrityError:
-        return None
-    return one, job, row
-
-
-def _claim_row(one: _Placed, job: Job, name: str, ranks: Mapping[int, int], output_dir: Path) -> SlurmJobRow:
-    """The row that claims a replica for this process, not yet written."""
-    return SlurmJobRow(
-        job=job,
-        replica=one.replica,
-        rank=ranks.get(one.replica, 0),
-        node_name=one.node,
-        name=name,
-        output=str(output_dir / f"{name}.out"),
-        submitted_at=_now(),
-    )
-
-
-def _sbatch_all(
-    slurm: SlurmClient, claimed: Sequence[tuple[_Placed, Job, SlurmJobRow]]
-) -> list[int | SlurmUnavailable]:
-    """Each claimed replica's sbatch, all at once: its Slurm id, or why not. One after another, an
-    admission of two thousand one-GPU jobs waited minutes on sbatch alone, which mostly waits on
-    slurmctld's answer. The threads run the commands only; the database is written by the caller."""
-
-    def one_sbatch(claim: tuple[_Placed, Job, SlurmJobRow]) -> int | SlurmUnavailable:
-        one, job, row = claim
-        try:
-            return slurm.submit(
-                name=row.name,
-                comment=f"gqc job {job.pk} ({job.name}) replica {one.replica}",
-                node=one.node,
-                partition=one.partition,
-                gpus=len(one.devices) if one.fraction >= 1 else 1,
-                cpus=math.ceil(job.cpu) if job.cpu else 0,
-                memory_mib=math.ceil(job.memory_gib * 1024) if job.memory_gib else 0,
-                output=row.output,
-                command=_command(job),
-                environment=_environment(job, row.rank, one.fraction),
-                devices_file=devices_path(row.output),
-            )
-        except SlurmUnavailable as error:
-            return error
-
-    if len(claimed) <= 1:
-        return [one_sbatch(claim) for claim in claimed]
-    with ThreadPoolExecutor(max_workers=min(len(claimed), _SUBMIT_THREADS)) as pool:
-        return list(pool.map(one_sbatch, claimed))
-
-
-def _now() -> datetime:
-    from scheduling.clock import get_clock
-
-    return get_clock().now()
-
-
-def _fail(job: Job, message: str) -> None:
-    try:
-        finish_job(job=job, succeeded=False, message=message)
-    except ValidationError:
-        logger.info("job %s moved on before its Slurm outcome was recorded", job.pk)
-
-
 # --- following --------------------------------------------------------------------------------
 
 
@@ -467,7 +170,8 @@ class _Outcome:
     """How one replica's Slurm job ended."""
 
     rank: int
-    slurm_id: int | None
+    # Slurm's id of the replica (`12_3`, slurm.models.slurm_label).
+    label: str
     state: str
     exit_code: int | None
     reason: str
@@ -480,8 +184,10 @@ def follow(slurm: SlurmClient, seen: Sequence[SlurmJob], now: datetime, *, read_
 
     The starts and ends of one read are written together (a few statements for them all): one
     job at a time, a drain of short jobs spent most of each sync here."""
-    by_id = {job.slurm_id: job for job in seen}
-    by_name = {job.name: job for job in seen if job.live}
+    # An array task is its array's id and its task id (slurm.client.SlurmJob.key); a row whose
+    # sbatch never answered is found by its array's name and its task.
+    by_key = {job.key: job for job in seen}
+    by_name = {(job.name, job.array_task): job for job in seen if job.live}
     rows = list(SlurmJobRow.objects.filter(ended_at__isnull=True).select_related("job"))
     if not rows:
         return 0
@@ -491,22 +197,26 @@ def follow(slurm: SlurmClient, seen: Sequence[SlurmJob], now: datetime, *, read_
     started: dict[int, tuple[SlurmJobRow, SlurmJob, list[int]]] = {}
     moved: dict[str, list[int]] = defaultdict(list)
     for row in rows:
-        found = by_id.get(row.slurm_id) if row.slurm_id is not None else by_name.get(row.name)
+        found = (
+            by_key.get((row.slurm_id, row.array_task))
+            if row.slurm_id is not None
+            else by_name.get((row.name, row.array_task))
+        )
         if row.slurm_id is None:
             if found is None:
                 if now - row.submitted_at > timedelta(seconds=3 * float(settings.SLURM_COMMAND_SECONDS)):
                     # Its sbatch never answered and Slurm has no job of its name: never submitted.
                     SlurmJobRow.objects.filter(pk=row.pk, slurm_id__isnull=True).delete()
                 continue
-            row.slurm_id = found.slurm_id  # adopted by its name
-            SlurmJobRow.objects.filter(pk=row.pk).update(slurm_id=found.slurm_id)
+            row.slurm_id = found.key[0]  # adopted by its name (an array's id, not its task's own)
+            SlurmJobRow.objects.filter(pk=row.pk).update(slurm_id=row.slurm_id)
         if found is None and row.submitted_at >= read_from:
             continue  # submitted (by another process) after squeue was read: not seen yet
         _read_output(row, lines_by_job, truncated, final=found is None or not found.live)
         if found is None:
-            ended[row.pk] = (row, _Outcome(row.rank, row.slurm_id, "VANISHED", None, "Slurm no longer knows it"))
+            ended[row.pk] = (row, _Outcome(row.rank, row.slurm_label, "VANISHED", None, "Slurm no longer knows it"))
         elif not found.live:
-            ended[row.pk] = (row, _Outcome(row.rank, row.slurm_id, found.state, found.exit_code, found.reason))
+            ended[row.pk] = (row, _Outcome(row.rank, row.slurm_label, found.state, found.exit_code, found.reason))
         elif found.state == "RUNNING" and row.state != "RUNNING":
             devices = _devices_of(row, found)
             if devices is not None:  # None: Slurm runs it but its devices are not known yet
@@ -555,12 +265,12 @@ def _record_starts(started: Mapping[int, tuple[SlurmJobRow, SlurmJob, list[int]]
         devices_of_replica: dict[int, list[int]] = {}
         events = []
         for pk in sorted(untold):
-            row, found, devices = started[pk]
+            row, _found, devices = started[pk]
             row.state, row.devices = "RUNNING", devices
             rows.append(row)
             if devices:
                 devices_of_replica[row.replica] = devices
-            events.append(_started_event(row, "started on", found.slurm_id, devices, now))
+            events.append(_started_event(row, "started on", devices, now))
         SlurmJobRow.objects.bulk_update(rows, ["state", "devices"])
         # Slurm chose the devices: the placement says which. A fraction keeps the console's.
         placements = list(ReplicaPlacementRecord.objects.filter(pk__in=list(devices_of_replica), fraction__gte=1))
@@ -571,9 +281,7 @@ def _record_starts(started: Mapping[int, tuple[SlurmJobRow, SlurmJob, list[int]]
     return len(rows)
 
 
-def _started_event(
-    row: SlurmJobRow, verb: str, slurm_id: int | None, devices: Sequence[int], now: datetime
-) -> JobEvent:
+def _started_event(row: SlurmJobRow, verb: str, devices: Sequence[int], now: datetime) -> JobEvent:
     """A replica's start as its job's events tell it ("replica 0 started on gpu-1 as Slurm job 12
     (GPUs 0,1)"); `verb` is "ran on" for one whose start is told only once it has ended."""
     shown = f" (GPUs {','.join(map(str, devices))})" if devices else ""
@@ -581,7 +289,7 @@ def _started_event(
         job_id=row.job_id,
         kind=JobEventKind.STARTED,
         at=now,
-        message=f"replica {row.rank} {verb} {row.node_name} as Slurm job {slurm_id}{shown}",
+        message=f"replica {row.rank} {verb} {row.node_name} as Slurm job {row.slurm_label}{shown}",
     )
 
 
@@ -605,7 +313,7 @@ def _record_ends(ended: Mapping[int, tuple[SlurmJobRow, _Outcome]], now: datetim
                 # It ran and ended between two syncs: its start is told now (its devices are
                 # those its script wrote, when it got that far).
                 devices = read_devices_file(row.output) or ()
-                events.append(_started_event(row, "ran on", row.slurm_id, devices, now))
+                events.append(_started_event(row, "ran on", devices, now))
         for (state, exit_code), pks in by_end.items():
             SlurmJobRow.objects.filter(pk__in=pks).update(state=state, exit_code=exit_code, ended_at=now)
         JobEvent.objects.bulk_create(events)
@@ -644,34 +352,34 @@ def _stop_unwanted(slurm: SlurmClient, now: datetime) -> int:
     cancelled at once."""
     open_rows = list(
         SlurmJobRow.objects.filter(ended_at__isnull=True, slurm_id__isnull=False).values_list(
-            "pk", "slurm_id", "replica", "job__state", "job__grace_seconds", "stop_asked_at", "killed_at"
+            "pk", "slurm_id", "array_task", "replica", "job__state", "job__grace_seconds", "stop_asked_at", "killed_at"
         )
     )
     if not open_rows:
         return 0
     placed = set(
-        ReplicaPlacementRecord.objects.filter(pk__in=[row[2] for row in open_rows]).values_list("pk", flat=True)
+        ReplicaPlacementRecord.objects.filter(pk__in=[row[3] for row in open_rows]).values_list("pk", flat=True)
     )
-    terminate: list[tuple[int, int]] = []
-    kill: list[tuple[int, int]] = []
-    for pk, slurm_id, replica, state, grace, stop_asked_at, killed_at in open_rows:
-        assert slurm_id is not None  # filtered above
+    terminate: list[tuple[int, str]] = []
+    kill: list[tuple[int, str]] = []
+    for pk, slurm_id, array_task, replica, state, grace, stop_asked_at, killed_at in open_rows:
+        label = slurm_label(slurm_id, array_task)
         if state == JobState.RUNNING and replica in placed:
             continue
         if state == JobState.RELEASING and replica in placed:
             if stop_asked_at is None:
-                terminate.append((pk, slurm_id))
+                terminate.append((pk, label))
             elif killed_at is None and now >= stop_asked_at + timedelta(seconds=float(grace)):
-                kill.append((pk, slurm_id))
+                kill.append((pk, label))
             continue
         if killed_at is None:
-            kill.append((pk, slurm_id))
+            kill.append((pk, label))
     try:
         if terminate:
-            slurm.signal([slurm_id for _pk, slurm_id in terminate], "TERM")
+            slurm.signal([label for _pk, label in terminate], "TERM")
             SlurmJobRow.objects.filter(pk__in=[pk for pk, _id in terminate]).update(stop_asked_at=now)
         if kill:
-            ids = [slurm_id for _pk, slurm_id in kill]
+            ids = [label for _pk, label in kill]
             slurm.signal(ids, "KILL")
             slurm.cancel(ids)
             SlurmJobRow.objects.filter(pk__in=[pk for pk, _id in kill]).update(killed_at=now)
@@ -698,7 +406,7 @@ def _settle(reasons: Mapping[int, str], now: datetime) -> int:
     ended_rows = list(
         SlurmJobRow.objects.filter(ended_at__isnull=False, job__state=JobState.RUNNING)
         .order_by("id")
-        .values_list("pk", "job_id", "replica", "rank", "slurm_id", "state", "exit_code")
+        .values_list("pk", "job_id", "replica", "rank", "slurm_id", "array_task", "state", "exit_code")
     )
     placed = (
         set(
@@ -710,9 +418,10 @@ def _settle(reasons: Mapping[int, str], now: datetime) -> int:
         else set()
     )
     outcomes: dict[int, list[_Outcome]] = defaultdict(list)
-    for pk, job_id, replica, rank, slurm_id, slurm_state, exit_code in ended_rows:
+    for pk, job_id, replica, rank, slurm_id, array_task, slurm_state, exit_code in ended_rows:
         if replica in placed:
-            outcomes[job_id].append(_Outcome(rank, slurm_id, slurm_state, exit_code, reasons.get(pk, "")))
+            label = slurm_label(slurm_id, array_task)
+            outcomes[job_id].append(_Outcome(rank, label, slurm_state, exit_code, reasons.get(pk, "")))
     touched = set(outcomes) | releasing
     if not touched:
         return 0
@@ -785,7 +494,7 @@ def _end_running(job: Job, outcomes: Sequence[_Outcome], *, all_done: bool, now:
                 seen_revision=job.revision,
                 requeue=job.requeue,
                 now=now,
-                message=f"Slurm job {node_failure.slurm_id} (replica {node_failure.rank}) ended with "
+                message=f"Slurm job {node_failure.label} (replica {node_failure.rank}) ended with "
                 f"{node_failure.state}: its node failed",
             )
             if done:
@@ -797,13 +506,13 @@ def _end_running(job: Job, outcomes: Sequence[_Outcome], *, all_done: bool, now:
     if failed is None:
         message = "every replica's Slurm job exited with code 0"
     elif failed.state == "VANISHED":
-        message = f"Slurm job {failed.slurm_id} (replica {failed.rank}) vanished: {failed.reason}"
+        message = f"Slurm job {failed.label} (replica {failed.rank}) vanished: {failed.reason}"
     elif failed.state in ("COMPLETED", "FAILED"):
         code = failed.exit_code
-        message = f"replica {failed.rank} (Slurm job {failed.slurm_id}) exited with code {code}"
+        message = f"replica {failed.rank} (Slurm job {failed.label}) exited with code {code}"
     else:
         why = f" ({failed.reason})" if failed.reason and failed.reason != "None" else ""
-        message = f"Slurm job {failed.slurm_id} (replica {failed.rank}) ended {failed.state} outside the console{why}"
+        message = f"Slurm job {failed.label} (replica {failed.rank}) ended {failed.state} outside the console{why}"
     return Ending(job.pk, failed is None, message)
 
 
@@ -830,10 +539,10 @@ def _with_log_tails(endings: Sequence[Ending]) -> list[Ending]:
     return told
 
 
-def slurm_ids_of(job: Job) -> list[int]:
-    """The Slurm job ids of a console job's replicas, in submission order."""
-    ids = SlurmJobRow.objects.filter(job=job, slurm_id__isnull=False).order_by("id").values_list("slurm_id", flat=True)
-    return [int(slurm_id) for slurm_id in ids if slurm_id is not None]
+def slurm_ids_of(job: Job) -> list[str]:
+    """Slurm's ids of a console job's replicas (`12_3`: task 3 of array 12), in submission order."""
+    rows = SlurmJobRow.objects.filter(job=job, slurm_id__isnull=False).order_by("id")
+    return [slurm_label(slurm_id, task) for slurm_id, task in rows.values_list("slurm_id", "array_task")]
 
 
 __all__ = ["SlurmExecutor", "configured", "forget_last_sync", "slurm_ids_of", "sync"]

@@ -6,7 +6,7 @@ from django.db import models
 
 
 class SlurmJob(models.Model):
-    """One replica of a console job as one Slurm batch job.
+    """One replica of a console job as one Slurm batch job, or one task of a job array.
 
     The row is written before `sbatch` runs (`slurm_id` empty until it answers): a second tick,
     or a console restarted meanwhile, finds the row and never submits the replica twice; a row
@@ -21,7 +21,10 @@ class SlurmJob(models.Model):
     rank = models.PositiveIntegerField(default=0)
     node_name = models.CharField(max_length=100)
     name = models.CharField(max_length=100)
+    # The array's job id and this replica's task in it (the console submits the replicas of one
+    # wave on one node as one job array: slurm.submitting); no task: a job of its own.
     slurm_id = models.PositiveBigIntegerField(null=True, blank=True)
+    array_task = models.PositiveIntegerField(null=True, blank=True)
     # Slurm's job state as last seen (RUNNING, COMPLETED…), or SUBMITTING before sbatch answered.
     state = models.CharField(max_length=30, default="SUBMITTING")
     exit_code = models.IntegerField(null=True, blank=True)
@@ -39,4 +42,16 @@ class SlurmJob(models.Model):
         indexes = [models.Index(fields=["ended_at"], name="slurm_job_ended_at")]
 
     def __str__(self) -> str:
-        return f"{self.name} (Slurm job {self.slurm_id}): {self.state}"
+        return f"{self.name} (Slurm job {self.slurm_label}): {self.state}"
+
+    @property
+    def slurm_label(self) -> str:
+        """Slurm's id of this replica as squeue shows it and scancel takes it: `12_3` for an array
+        task, `12` for a job of its own; empty before sbatch answered."""
+        return slurm_label(self.slurm_id, self.array_task)
+
+
+def slurm_label(slurm_id: int | None, array_task: int | None) -> str:
+    if slurm_id is None:
+        return ""
+    return str(slurm_id) if array_task is None else f"{slurm_id}_{array_task}"

@@ -230,6 +230,14 @@ class SlurmCluster:
         self.stop_controller()
 
 
+def job_label(job: dict[str, Any]) -> str:
+    """Slurm's id of one `squeue --json` job as the console records it: `12_3` for task 3 of
+    array 12 (a started task has a job id of its own too), `12` for a job of its own."""
+    if job.get("array_task_id") is not None and job.get("array_job_id"):
+        return f"{job['array_job_id']}_{job['array_task_id']}"
+    return str(job["job_id"])
+
+
 def _stop(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)

@@ -46,8 +46,8 @@ class JobSerializer(JsonTypedMixin, serializers.ModelSerializer[Job]):
     nodes = serializers.SerializerMethodField()
     placements = serializers.SerializerMethodField()
     slurm_job_ids = serializers.SerializerMethodField(
-        help_text="The Slurm job ids of the job's replicas, oldest first (an earlier run's included); "
-        "empty for jobs of other executors."
+        help_text="Slurm's ids of the job's replicas as squeue shows them (`812_3`: task 3 of job array "
+        "812), oldest first (an earlier run's included); empty for jobs of other executors."
     )
     reason = serializers.SerializerMethodField()
     # Kept with the reason, in its own table (scheduling.pending_reasons): the job's `shown_position`.
@@ -98,7 +98,7 @@ class JobSerializer(JsonTypedMixin, serializers.ModelSerializer[Job]):
     def get_placements(self, job: Job) -> list[dict[str, Any]]:
         return [{"node": p.node.name, "devices": p.devices, "fraction": p.fraction} for p in job.placements.all()]
 
-    def get_slurm_job_ids(self, job: Job) -> list[int]:
+    def get_slurm_job_ids(self, job: Job) -> list[str]:
         return selectors.slurm_job_ids(job)
 
     def get_reason(self, job: Job) -> dict[str, str] | None:

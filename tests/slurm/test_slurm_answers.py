@@ -112,12 +112,19 @@ def test_each_nodes_devices_in_scontrols_answer() -> None:
 
 
 def test_a_line_of_squeues_text() -> None:
-    # squeue --noheader --Format=JobID:|,State:|,exit_code:|,NodeList:|,tres-per-node:|,Reason:|,Name:|
-    failed = job_of_squeue_line("2|FAILED|768|n1|gres:gpu:1|NonZeroExitCode|gqc-1-1|")
+    # squeue --array --noheader --Format=JobID:|,State:|,exit_code:|,NodeList:|,tres-per-node:|,Reason:|,
+    # ArrayJobID:|,ArrayTaskID:|,Name:|
+    failed = job_of_squeue_line("2|FAILED|768|n1|gres:gpu:1|NonZeroExitCode|2|N/A|gqc-1-1|")
     assert (failed.slurm_id, failed.state, failed.exit_code, failed.gpus, failed.live) == (2, "FAILED", 3, 1, False)
     assert failed.name == "gqc-1-1" and failed.reason == "NonZeroExitCode"
-    running = job_of_squeue_line("4|RUNNING|0|n[1-2]|(null)|None|a|b|")
+    assert (failed.key, failed.label) == ((2, None), "2")
+    running = job_of_squeue_line("4|RUNNING|0|n[1-2]|(null)|None|4|N/A|a|b|")
     assert (running.name, running.nodes, running.gpus, running.live) == ("a|b", "n[1-2]", 0, True)
+    # Task 3 of array 7: started, it has a job id of its own; pending, the array's.
+    task = job_of_squeue_line("9|RUNNING|0|n1|gres:gpu:1|None|7|3|gqc-1-1|")
+    assert (task.slurm_id, task.key, task.label) == (9, (7, 3), "7_3")
+    waiting = job_of_squeue_line("7|PENDING|0||gres:gpu:1|Resources|7|4|gqc-1-1|")
+    assert (waiting.key, waiting.label) == ((7, 4), "7_4")
     with pytest.raises(SlurmUnavailable):
         job_of_squeue_line("slurm_load_jobs error: Unable to contact slurm controller")
 

@@ -30,6 +30,7 @@ from scheduling.node_views import SLURM_STATE_LABEL
 from scheduling.snapshot_rows import GPUS_OUTSIDE_LABEL
 from slurm import executor, inventory
 from slurm.models import SlurmJob
+from slurm.testing import job_label
 from tests.conftest import PASSWORD
 from tests.scheduling.conftest import Cluster
 from tests.slurm.conftest import (
@@ -48,13 +49,13 @@ from tests.slurm.conftest import (
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def slurm_ids(job: Job) -> list[int]:
+def slurm_ids(job: Job) -> list[str]:
     return executor.slurm_ids_of(job)
 
 
-def live_in_slurm(slurm: SlurmCluster, job: Job) -> list[int]:
+def live_in_slurm(slurm: SlurmCluster, job: Job) -> list[str]:
     ids = set(slurm_ids(job))
-    return [int(one["job_id"]) for one in slurm.live_jobs() if int(one["job_id"]) in ids]
+    return [job_label(one) for one in slurm.live_jobs() if job_label(one) in ids]
 
 
 def test_slurm_nodes_become_console_nodes_with_their_gpus_cpus_memory_and_partition(lab: Cluster) -> None:
@@ -99,7 +100,7 @@ def test_a_job_sees_exactly_the_gpus_slurm_gave_it_and_succeeds(
     row.refresh_from_db()
     assert (row.state, row.exit_code) == ("COMPLETED", 0)
     started = JobEvent.objects.get(job=job, kind=JobEventKind.STARTED)
-    assert f"Slurm job {row.slurm_id}" in started.message
+    assert f"Slurm job {row.slurm_id}_0" in started.message and row.array_task == 0
     assert Job.objects.get(pk=job.pk).allocated_gpus == 0
 
 
@@ -280,8 +281,8 @@ def test_another_consoles_slurm_jobs_with_the_same_numbers_are_never_adopted_nor
     # Cancelling the console's job ends its own Slurm job only.
     assert client_for(member).post(f"/api/v1/jobs/{job.pk}/cancel/").status_code == 200
     settle(lambda: state(job) == JobState.CANCELLED, what="the console's job cancelled")
-    live = {int(one["job_id"]) for one in slurm.live_jobs()}
-    assert own_id not in live and set(foreign_ids) <= live
+    live = {job_label(one) for one in slurm.live_jobs()}
+    assert own_id not in live and set(map(str, foreign_ids)) <= live
 
 
 def test_gpus_a_slurm_job_outside_the_console_holds_are_not_free_to_the_console(

@@ -28,7 +28,7 @@ def as_user(users: dict[str, AbstractUser], role: str) -> Client:
     return client
 
 
-def ran_on_slurm(job: Job, first_id: int) -> list[int]:
+def ran_on_slurm(job: Job, first_id: int) -> list[str]:
     ids = []
     for rank, placement in enumerate(job.placements.order_by("id")):
         SlurmJob.objects.create(
@@ -37,12 +37,13 @@ def ran_on_slurm(job: Job, first_id: int) -> list[int]:
             rank=rank,
             node_name=placement.node.name,
             name=f"gqc-test-{job.pk}-{placement.pk}",
-            slurm_id=first_id + rank,
+            slurm_id=first_id,
+            array_task=rank,
             state="RUNNING",
             output="/dev/null",
             submitted_at=timezone.now(),
         )
-        ids.append(first_id + rank)
+        ids.append(f"{first_id}_{rank}")
     # A replica whose sbatch has not answered yet has no id: not listed.
     return ids
 
@@ -54,7 +55,7 @@ def test_the_jobs_api_lists_the_slurm_job_ids_of_a_jobs_replicas_and_none_for_ot
     client = as_user(pai_world, "developer")
     assert client.get(f"/api/v1/jobs/{job.pk}/").json()["slurm_job_ids"] == []
     ids = ran_on_slurm(job, 812)
-    assert ids == [812, 813, 814]
+    assert ids == ["812_0", "812_1", "812_2"]
     assert client.get(f"/api/v1/jobs/{job.pk}/").json()["slurm_job_ids"] == ids
     listed = {row["name"]: row for row in client.get("/api/v1/jobs/").json()["results"]}
     assert listed["train-b"]["slurm_job_ids"] == ids
@@ -66,9 +67,9 @@ def test_the_job_page_and_gqc_describe_name_the_slurm_jobs(pai_world: dict[str, 
     assert 'data-testid="slurm-job-ids"' not in client.get(f"/jobs/{job.pk}/").content.decode()
     ran_on_slurm(job, 812)
     page = client.get(f"/jobs/{job.pk}/").content.decode()
-    assert '<dt>Slurm jobs</dt>\n    <dd data-testid="slurm-job-ids">812, 813, 814</dd>' in page
+    assert '<dt>Slurm jobs</dt>\n    <dd data-testid="slurm-job-ids">812_0, 812_1, 812_2</dd>' in page
     answer = client.get(f"/api/v1/jobs/{job.pk}/").json()
-    assert "Slurm jobs:" in job_description(answer) and "812, 813, 814" in job_description(answer)
+    assert "Slurm jobs:" in job_description(answer) and "812_0, 812_1, 812_2" in job_description(answer)
     assert "Slurm jobs" not in job_description({**answer, "slurm_job_ids": []})
 
 

@@ -18,6 +18,7 @@ from quotas.models import Node, NodeExecutor, ResourcePool
 from scheduling.models import Job, JobState
 from slurm import inventory
 from slurm.models import SlurmJob
+from slurm.testing import job_label
 from tests.scheduling.conftest import build_cluster
 from tests.slurm.conftest import Clients, SlurmCluster, console_turn, running_cluster, settle
 from workspaces import services as workspace_services
@@ -53,7 +54,8 @@ def test_each_node_joins_the_pool_of_its_first_partition_and_runs_its_jobs_there
     settle(lambda: Job.objects.get(pk=job.pk).state == JobState.SUCCEEDED, what="the infer job succeeded on n2")
     row = SlurmJob.objects.get(job=job)
     assert row.node_name == "n2"
-    (seen,) = [one for one in slurm.command_json("squeue", "--states=all")["jobs"] if one["job_id"] == row.slurm_id]
+    jobs = slurm.command_json("squeue", "--states=all")["jobs"]
+    (seen,) = [one for one in jobs if job_label(one) == row.slurm_label]
     assert seen["partition"] == "infer"
 
 
