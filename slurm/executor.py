@@ -202,6 +202,11 @@ def follow(slurm: SlurmClient, seen: Sequence[SlurmJob], now: datetime, *, read_
             if row.slurm_id is not None
             else by_name.get((row.name, row.array_task))
         )
+        if found is None and row.slurm_id is not None and row.array_task is not None:
+            # An array cancelled (or ended) before Slurm started its task: squeue shows the
+            # array's own record, task "N/A", for the tasks it never split off.
+            head = by_key.get((row.slurm_id, None))
+            found = head if head is not None and not head.live else None
         if row.slurm_id is None:
             if found is None:
                 if now - row.submitted_at > timedelta(seconds=3 * float(settings.SLURM_COMMAND_SECONDS)):

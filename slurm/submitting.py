@@ -36,7 +36,8 @@ from scheduling.agent_beat import replica_environment, replica_ranks
 from scheduling.models import Job, JobState, ReplicaPlacementRecord
 from scheduling.services import finish_job
 from slurm import inventory, naming
-from slurm.client import ArrayTask, SlurmClient, SlurmJob, SlurmUnavailable, array_output, devices_path
+from slurm.arrays import ArrayTask, array_output
+from slurm.client import SlurmClient, SlurmJob, SlurmUnavailable, devices_path
 from slurm.models import SlurmJob as SlurmJobRow
 
 logger = logging.getLogger("slurm.executor")

@@ -3,10 +3,12 @@ exit statuses, as sinfo and squeue print them (the values are copied from Slurm 
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from slurm.arrays import ArrayTask, array_indices, array_output, array_script
 from slurm.client import (
     SlurmJob,
     SlurmUnavailable,
@@ -138,3 +140,29 @@ def test_the_devices_a_jobs_script_wrote(tmp_path: Path) -> None:
     assert read_devices_file(output) == (0, 1, 4, 5)
     Path(devices_path(output)).write_text("\n")
     assert read_devices_file(output) == ()
+
+
+def test_an_arrays_script_runs_each_tasks_own_command_and_environment(tmp_path: Path) -> None:
+    # Task ids as sbatch --array lists them, gaps included (a replica claimed by another process).
+    tricky = """printf '%s|%s|%s\\n' "$GQC_REPLICA_RANK" "$NOTE" 'done;; esac'"""
+    tasks = {
+        0: ArrayTask("echo zero $GQC_REPLICA_RANK", {"GQC_REPLICA_RANK": "0"}, str(tmp_path / "t0.gpus")),
+        2: ArrayTask(tricky, {"GQC_REPLICA_RANK": "1", "NOTE": "a,b 'c' $HOME"}),
+        3: ArrayTask("exec sh -c 'exit 7'", {}),
+    }
+    assert array_indices(tasks) == "0,2-3"
+    assert array_indices({index: tasks[0] for index in range(8)}) == "0-7"
+    assert array_output("/out/gqc-x-1-1_%a.out", 5) == "/out/gqc-x-1-1_5.out"
+    script = tmp_path / "script.sh"
+    script.write_text(array_script(tasks))
+
+    def run(task: str) -> subprocess.CompletedProcess[str]:
+        environment = {"PATH": "/usr/bin:/bin", "SLURM_ARRAY_TASK_ID": task, "SLURM_JOB_GPUS": "3,5"}
+        return subprocess.run(["sh", str(script)], env=environment, capture_output=True, text=True, check=False)
+
+    assert run("0").stdout == "zero 0\n"
+    # Slurm's devices written first, as a script of its own did.
+    assert read_devices_file(str(tmp_path / "t0")) == (3, 5)
+    assert run("2").stdout == "1|a,b 'c' $HOME|done;; esac\n"
+    assert run("3").returncode == 7
+    assert run("1").returncode == 1 and "no replica for array task 1" in run("1").stderr
