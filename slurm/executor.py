@@ -188,7 +188,9 @@ def follow(slurm: SlurmClient, seen: Sequence[SlurmJob], now: datetime, *, read_
     # sbatch never answered is found by its array's name and its task.
     by_key = {job.key: job for job in seen}
     by_name = {(job.name, job.array_task): job for job in seen if job.live}
-    rows = list(SlurmJobRow.objects.filter(ended_at__isnull=True).select_related("job"))
+    # Only the rows' own columns: nothing here reads their console job (a join of every open
+    # job's row, thousands at a drain's width, at every sync).
+    rows = list(SlurmJobRow.objects.filter(ended_at__isnull=True))
     if not rows:
         return 0
     lines_by_job: dict[int, list[str]] = defaultdict(list)
