@@ -28,16 +28,22 @@ DAEMONS = ("slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scancel", "scont
 COMMAND_SECONDS = 10.0
 
 
-def free_port() -> int:
+def free_port(taken: set[int] | None = None) -> int:
     """A port free now, below the kernel's ephemeral range (32768 and up), so that no client
-    connection of another process (squeue's, a test's) is handed it before the daemon binds it."""
+    connection of another process (squeue's, a test's) is handed it before the daemon binds it;
+    none of `taken` (the ports already written in one slurm.conf: its daemons bind them only
+    later), and added to it."""
     while True:
         port = random.randint(20000, 32000)
+        if taken is not None and port in taken:
+            continue
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            if taken is not None:
+                taken.add(port)
             return port
 
 
@@ -98,10 +104,16 @@ class SlurmCluster:
             (self.root / directory).mkdir(exist_ok=True)
         for name in self.nodes:
             (self.root / "spool" / name).mkdir(exist_ok=True)
+        # Every daemon's port differs: 256 ports drawn from 12,000 without this repeat some nine
+        # times in ten, and a slurmd whose port another took never binds it, while slurmctld
+        # sends that node's jobs to the other one, which runs them and reports their end "from
+        # the wrong node": they stay RUNNING for ever (7 such nodes in the 256-node drains of
+        # 2026-11-28, slurm.conf holding 7 ports twice).
+        ports: set[int] = set()
         lines = [
             "ClusterName=gqctest",
             f"SlurmctldHost={host}(127.0.0.1)",
-            f"SlurmctldPort={free_port()}",
+            f"SlurmctldPort={free_port(ports)}",
             "AuthType=auth/none",
             "CredType=cred/none",
             "SlurmUser=root",
@@ -135,7 +147,7 @@ class SlurmCluster:
         lines = unchanged + [f"{key}={value}" for key, value in self.overrides.items()]
         for name in self.nodes:
             lines.append(
-                f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={free_port()} CPUs={self.cpus} "
+                f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={free_port(ports)} CPUs={self.cpus} "
                 f"RealMemory={self.memory_mib} Gres=gpu:fake:{self.gpus_per_node} State=UNKNOWN"
             )
         for position, (partition, members) in enumerate(self.partitions or (("gpu", self.nodes),)):
