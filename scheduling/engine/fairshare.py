@@ -166,6 +166,23 @@ class QuotaTree:
         return -1
 
 
+_built: list[tuple[tuple[Quota, ...], frozenset[str], frozenset[str], QuotaTree]] = []  # see quota_tree
+
+
+def quota_tree(quotas: tuple[Quota, ...], owners: set[str]) -> QuotaTree:
+    """`QuotaTree(quotas, owners)`, or the one built before from equal quotas whose parents have
+    the same own jobs (all that a tree depends on): a runtime hands the engine the same quotas
+    cycle after cycle, and a tree is read-only once built. A few are kept (one per pool)."""
+    global _built
+    for built_from, parents, with_jobs, tree in _built:
+        if built_from == quotas and parents.intersection(owners) == with_jobs:  # the same Quotas: no field read
+            return tree
+    tree = QuotaTree(quotas, owners)
+    parents = frozenset(tree.quota_name[i] for i in range(len(tree)) if tree.children[i])
+    _built = [(quotas, parents, parents.intersection(owners), tree), *_built[:3]]
+    return tree
+
+
 def _has_cycle(by_name: dict[str, Quota], start: str) -> bool:
     seen = {start}
     parent = by_name[start].parent
@@ -411,7 +428,7 @@ def fair_shares(snapshot: Snapshot) -> dict[str, float]:
             shares.update(fair_shares(part))
         return shares
     owners = {job.quota for job in snapshot.jobs}
-    tree = QuotaTree(snapshot.quotas, owners)
+    tree = quota_tree(snapshot.quotas, owners)
     request = subtree_requests(tree, requests_by_leaf(tree, snapshot.jobs))
     fractional = fractional_nodes(tree, snapshot.jobs)
     share = divide(tree, request, cluster_capacity(snapshot), fractional)

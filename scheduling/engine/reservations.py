@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import attrgetter, is_not
 
 from scheduling.engine.cluster import Placement
+from scheduling.engine.types import PENDING, Job
 
 UNKNOWN = math.inf  # a device whose holder has no expected end
 
@@ -40,3 +44,27 @@ class Reservations:
     failed_backfill: list[tuple[int, int, int, int, float]] = field(default_factory=list)
     pending_durations: bool | None = None  # whether a pending job has a known duration (`open_to`)
     top_level: int = -1  # the least entitled level among the holds (-1: none), as they never leave
+    # `less_entitled` per level, until a hold is made or a hold's devices change (`changed`)
+    less_entitled_at: dict[int, bool] = field(default_factory=dict)
+
+    def less_entitled(self, level: int) -> bool:
+        """Whether a hold that keeps devices is less entitled than `level` (`actions.reserve.open_to`,
+        asked at each quota a pass serves once nothing is free: the same answer until `changed`)."""
+        found = self.less_entitled_at.get(level)
+        if found is None:
+            found = level < self.top_level and any(kept.devices and kept.level > level for kept in self.holds.values())
+            self.less_entitled_at[level] = found
+        return found
+
+    def changed(self) -> None:
+        """A hold was made, or a hold's devices changed: `less_entitled` is asked again."""
+        self.less_entitled_at.clear()
+
+
+_DURATION = attrgetter("duration")
+
+
+def pending_with_duration(jobs: Sequence[Job], state: Sequence[str]) -> bool:
+    """Whether a job pending in `state` has a known duration: the states of the jobs with one,
+    searched at C level (`actions.reserve.open_to` asks it once a cycle, of every job)."""
+    return PENDING in compress(state, map(is_not, map(_DURATION, jobs), repeat(None)))

@@ -27,6 +27,7 @@ from scheduling.engine.fairshare import (
     divide,
     fractional_nodes,
     job_replica_milli,
+    quota_tree,
     subtree_requests,
 )
 from scheduling.engine.policies import victim_key
@@ -72,7 +73,7 @@ class Session:
         self.jobs = jobs
         # Columns of the snapshot's jobs, one C-level pass each: a cycle at S4 reads 150,000 jobs.
         quota_of: list[str] = list(map(_QUOTA, jobs))
-        tree = QuotaTree(snapshot.quotas, set(quota_of))
+        tree = quota_tree(snapshot.quotas, set(quota_of))
         self.tree = tree
         cluster = Cluster(snapshot.nodes, self.journal)
         self.cluster = cluster

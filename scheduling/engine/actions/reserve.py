@@ -32,9 +32,9 @@ from scheduling.engine import bounds
 from scheduling.engine.cluster import Placement
 from scheduling.engine.fairshare import MILLI
 from scheduling.engine.policies import gpu_count, gpus
-from scheduling.engine.reservations import UNKNOWN, Hold, Reservations
+from scheduling.engine.reservations import UNKNOWN, Hold, Reservations, pending_with_duration
 from scheduling.engine.session import Session
-from scheduling.engine.types import BEHIND_RESERVATION, INSUFFICIENT_CAPACITY, NO_FIT, PENDING, RELEASING, RUNNING
+from scheduling.engine.types import BEHIND_RESERVATION, INSUFFICIENT_CAPACITY, NO_FIT, RELEASING, RUNNING
 
 
 def reservations(session: Session) -> Reservations:
@@ -75,6 +75,7 @@ def hold(session: Session, job: int) -> None:
     level = entitlement(session, job)
     res.holds[job] = Hold(job, devices, nodes, start, level, leaf)
     res.top_level = max(res.top_level, level)
+    res.changed()
 
 
 GUARANTEED, FAIR_SHARE, BORROWER = 0, 1, 2
@@ -108,13 +109,11 @@ def open_to(session: Session, level: int) -> bool:
     if res is None or not res.held:
         return False
     if res.pending_durations is None:
-        res.pending_durations = any(
-            spec.duration is not None and now == PENDING for spec, now in zip(session.jobs, session.state, strict=True)
-        )
+        res.pending_durations = pending_with_duration(session.jobs, session.state)
     if res.pending_durations:
         return True
     # no hold is less entitled than `level` (always so for a borrower): none to look through
-    return level < res.top_level and any(kept.devices and kept.level > level for kept in res.holds.values())
+    return res.less_entitled(level)
 
 
 def hold_head(session: Session, job: int) -> None:
@@ -357,6 +356,7 @@ def with_reservations(session: Session, job: int, attempt: Callable[[], bool]) -
             if pl not in still:
                 res.held.discard((pl[0], pl[1][0]))
         kept.devices = still
+    res.changed()
     return True
 
 
