@@ -27,7 +27,7 @@ from scheduling.engine.actions.preempt import (
     preemption_rule,
 )
 from scheduling.engine.cluster import Placement
-from scheduling.engine.policies import RULE_ORDER, victim_key
+from scheduling.engine.policies import RULE_ORDER, no_smaller_than_failed, victim_key, within_bounds
 from scheduling.engine.resource_rules import excess, over_figure, victim_over, within
 from scheduling.engine.resources import ENTITLED, FAIR_SHARE, GUARANTEE
 from scheduling.engine.session import Session, Unit
@@ -112,19 +112,11 @@ def reclaim_and_preempt(session: Session) -> None:
             blocked_fifo.add(leaf)
         spec = jobs[job]
         earlier = failed.get(leaf)
-        if earlier is not None:
-            # policies.no_smaller, inlined: a failure no more urgent and no larger in any figure
-            priority, milli, count, cpu, memory = (
-                spec.priority,
-                replica_milli[job],
-                admit_count[job],
-                spec.cpu,
-                spec.memory_gib,
-            )
-            if any(
-                f[0] >= priority and milli >= f[1] and count >= f[2] and cpu >= f[3] and memory >= f[4] for f in earlier
-            ):
-                continue
+        # a failure no more urgent and no larger in any figure
+        if earlier is not None and no_smaller_than_failed(
+            earlier, spec.priority, replica_milli[job], admit_count[job], spec.cpu, spec.memory_gib
+        ):
+            continue
         if not may_search(session, job):
             continue
         success, examined = reserve.search_with_hold(session, job, search_victims)
@@ -222,13 +214,13 @@ def victim_rule(
         return preemption_rule(session, job, victim, amount, only)
     # GPUs and managed resources (engine.resources): Q within the bound in all, the victim over in one.
     branch = qchain[: level + 1]
-    within_share = all(alloc[c] + need <= share[c] for c in branch) and within(session, job, branch, FAIR_SHARE)
+    within_share = within_bounds(alloc, need, share, branch) and within(session, job, branch, FAIR_SHARE)
     # With same_level_preemption on the victim's side, priority beats fair share between
     # siblings: a lower-priority job may not take back what a same-level eviction won.
     priority_shield = tree.same_level[vbranch] and victim_spec.priority > spec.priority
     if within_share and not priority_shield and victim_over(session, job, victim, amount, vbranch, FAIR_SHARE):
         return (RECLAIM, level, "fair_share")
-    within_guarantee = all(alloc[c] + need <= tree.admit_guaranteed[c] for c in branch)
+    within_guarantee = within_bounds(alloc, need, tree.admit_guaranteed, branch)
     within_guarantee = within_guarantee and within(session, job, branch, GUARANTEE)
     if within_guarantee and victim_over(session, job, victim, amount, vbranch, GUARANTEE):
         return (RECLAIM, level, "guarantee")
@@ -323,7 +315,7 @@ def fits_with_victims(
     for _, (rule, level, variant) in taken:
         if rule == RECLAIM:
             bound = session.fair_share if variant == "fair_share" else tree.admit_guaranteed
-            if any(alloc[c] + need > bound[c] for c in chain[: level + 1]):
+            if not within_bounds(alloc, need, bound, chain[: level + 1]):
                 return None
         elif rule == CHILD_PREEMPTION:
             parent = tree.parent[leaf]
