@@ -153,3 +153,46 @@ def futile_own_search(session: Session, job: int) -> int | None:
     if count > bounds.MAX_CANDIDATES_PER_SEARCH:
         return None  # the search stops at the limit instead; left to it
     return count
+
+
+def futile_beyond_guarantee(session: Session, job: int, region: tuple[int, int]) -> int | None:
+    """The candidates a victim search for non-preemptible job i examines where it is certain to
+    fail at the search's limit; None where that is not certain (the search runs).
+
+    `actions.reclaim.search_victims` asks it when the reclaim region is not empty. A
+    non-preemptible job fits only within its own quota's guarantee (`fits_with_victims`), and
+    that quota's allocation falls only as its own jobs go, which only preemption takes: its
+    lower-priority jobs (reclaim and the child-level and same-level rules take from other
+    quotas; no elastic replica is on offer here). If the quota stays above its guarantee with
+    all of those gone, every `fits_with_victims` of the search refuses, whatever it takes. The
+    reclaim stream offers each candidate of the region's other leaves that is eligible now (a
+    victim stops being eligible only once offered and taken); with more of those than
+    `bounds.MAX_CANDIDATES_PER_SEARCH`, the search stops at the limit having found nothing: the
+    same answer and count, without taking and giving back 256 victims (simulate's S3: most of
+    the searches that reach the limit)."""
+    spec = session.jobs[job]
+    if spec.preemptible or session.resources:
+        return None
+    touched, eligible = session.touched, session.eligible_victim
+    if any(not touched[victim] and not session.protected(victim) for victim in session.elastic):
+        return None
+    leaf = session.job_leaf[job]
+    jobs, by_leaf, priority = session.jobs, session.candidates_by_leaf, spec.priority
+    freed = sum(
+        session.replica_milli[victim] * len(session.placements[victim])
+        for victim in by_leaf.get(leaf, ())
+        if jobs[victim].priority < priority and eligible(victim)
+    )
+    if session.allocated[leaf] - freed + session.needs[job] <= session.tree.admit_guaranteed[leaf]:
+        return None
+    limit = bounds.MAX_CANDIDATES_PER_SEARCH
+    offered = 0
+    for other in session.candidate_leaves[region[0] : region[1]]:
+        if other == leaf:
+            continue
+        for victim in by_leaf[other]:
+            if eligible(victim):
+                offered += 1
+                if offered > limit:
+                    return offered
+    return None

@@ -20,6 +20,7 @@ from scheduling.engine import bounds, resource_rules
 from scheduling.engine.actions import reserve
 from scheduling.engine.actions.excess import excess_heap, leaves_by_excess
 from scheduling.engine.actions.preempt import (
+    futile_beyond_guarantee,
     futile_own_search,
     in_quota_rule,
     preemption_candidates,
@@ -331,6 +332,8 @@ def search_victims(session: Session, job: int) -> tuple[bool, int]:
     region, _ = reclaim_region(session, job)
     if region[0] == region[1] and (futile := futile_own_search(session, job)) is not None:
         return False, futile  # certain to fail, and how many it examines (`futile_own_search`)
+    if region[0] != region[1] and (futile := futile_beyond_guarantee(session, job, region)) is not None:
+        return False, futile  # certain to fail at the limit (`futile_beyond_guarantee`)
     journal = session.journal
     mark = journal.checkpoint()
     generation = session.allocated_generation
