@@ -35,6 +35,7 @@ import _thread
 import argparse
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -620,6 +621,8 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
                         subprocess.Popen(
                             ["prlimit", f"--as={AGENT_CAP_BYTES}", "--", *argv],
                             cwd=ROOT,
+                            # INFO: each start and exit with its time, read back by agent_timeline.
+                            env={**os.environ, "LOG_LEVEL": "INFO"},
                             stdout=subprocess.DEVNULL,
                             stderr=log,
                             start_new_session=True,  # its group is SIGKILLed at the end
@@ -641,7 +644,9 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
                 ) >= len(ids)
 
             try:
-                return drain(world, args, fillers_started, "c")
+                figure = drain(world, args, fillers_started, "c")
+                agent_timeline(agents_dir, args.nodes)
+                return figure
             except AssertionError:
                 say(f"(c) node states: {node_states()}")
                 for name, state, beat, lost, registered in Node.objects.exclude(state="ready").values_list(
@@ -657,6 +662,71 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
             for process in processes:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     process.wait(timeout=10)
+
+
+# The agent's own log lines (gqc.node_agent, at INFO) of a start and of an exit, with their time.
+_AGENT_LINE = re.compile(r"^(\S+ \S+) agent (?:started replica \d+ of job (\d+)|replica \d+ of job (\d+) exited with)")
+
+
+def _agent_moment(stamp: str) -> datetime:
+    # logging's asctime: local time, milliseconds after a comma.
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").astimezone(UTC)
+
+
+def agent_timeline(agents_dir: Path, nodes: int) -> None:
+    """(c): where a drained job's time went, from the console's records and each agent's log:
+    the slot freed (the end recorded of the job before it on that node) -> admitted (the cycle)
+    -> the agent started its process (the answer that carried the start) -> the agent saw it
+    exit -> the beat that reported it began (the `started` event) -> its end recorded."""
+    from scheduling.models import Job, JobEvent
+
+    started: dict[int, datetime] = {}
+    exited: dict[int, datetime] = {}
+    node_of: dict[int, str] = {}
+    for name in node_names(nodes):
+        for line in (agents_dir / f"{name}.log").read_text(errors="replace").splitlines():
+            if (match := _AGENT_LINE.match(line)) is None:
+                continue
+            if match.group(2):
+                job = int(match.group(2))
+                started.setdefault(job, _agent_moment(match.group(1)))
+                node_of[job] = name
+            else:
+                exited.setdefault(int(match.group(3)), _agent_moment(match.group(1)))
+    times = {
+        pk: (admitted, finished)
+        for pk, admitted, finished in Job.objects.filter(pk__in=list(node_of)).values_list(
+            "pk", "started_at", "finished_at"
+        )
+    }
+    reported: dict[int, datetime] = {}
+    for pk, at in JobEvent.objects.filter(job_id__in=list(node_of), kind="started").values_list("job_id", "at"):
+        reported.setdefault(pk, at)
+    ends_by_node: dict[str, list[datetime]] = {}
+    for pk, name in node_of.items():
+        if (finished := times.get(pk, (None, None))[1]) is not None:
+            ends_by_node.setdefault(name, []).append(finished)
+    for ends in ends_by_node.values():
+        ends.sort()
+    phases: dict[str, list[float]] = {
+        "slot freed -> admitted": [],
+        "admitted -> the agent started it": [],
+        "started -> the agent saw the exit": [],
+        "exit seen -> the reporting beat began": [],
+        "the beat began -> the end recorded": [],
+    }
+    for pk, (admitted, finished) in times.items():
+        if admitted is None or pk not in started or pk not in exited or pk not in reported or finished is None:
+            continue
+        before = [end for end in ends_by_node.get(node_of[pk], []) if end <= admitted]
+        if before:
+            phases["slot freed -> admitted"].append((admitted - before[-1]).total_seconds())
+        phases["admitted -> the agent started it"].append((started[pk] - admitted).total_seconds())
+        phases["started -> the agent saw the exit"].append((exited[pk] - started[pk]).total_seconds())
+        phases["exit seen -> the reporting beat began"].append((reported[pk] - exited[pk]).total_seconds())
+        phases["the beat began -> the end recorded"].append((finished - reported[pk]).total_seconds())
+    for what, values in phases.items():
+        say(f"(c) {what}: {spread(values)}")
 
 
 def node_states() -> dict[str, int]:
