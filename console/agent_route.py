@@ -6,12 +6,14 @@ CSP, axes) ran, and under ASGI each `MiddlewareMixin` hook is a thread hop of it
 a request, on a thread made for that request. None of them does anything for an agent.
 
 So this route takes `POST /api/v1/agent/heartbeat/` first. It reads the body and hands it, in one
-hop to a small pool of long-lived threads, to `scheduling.api.agent.quick_beat`, which answers a
+hop to a small pool of long-lived threads, to `scheduling.api.agent_quick.quick_beat`, which answers a
 well-formed beat of a known token's own node exactly as AgentHeartbeatView would. Anything else
 (another method, a query string, an unknown token, a doubtful body, an Accept the view would
 negotiate, a body over Django's size limit, an error) goes on to Django with the same body, so
 the view stays the one place that words a refusal and Django the one that answers a failure.
-A beat is idempotent (AGENT.md), so a beat that failed here may safely run there again.
+A beat is idempotent (AGENT.md), so a beat that failed here may safely run there again. A beat
+that freed devices is answered once the cycle it asked for has placed on its node
+(console.agent_holds): held without a thread, then answered anew.
 
 Each thread keeps its own database connection between beats and is told a request started and
 finished, as Django tells its own (`close_old_connections` and the rest run as for any request).
@@ -29,7 +31,8 @@ from django.conf import settings
 from django.core.signals import request_finished, request_started
 from django.http.request import split_domain_port, validate_host
 
-from scheduling.api.agent import quick_beat
+from console.agent_holds import CycleHolds
+from scheduling.api.agent_quick import QuickAnswer, quick_beat
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +62,7 @@ class AgentBeatRoute:
         self._executor: ThreadPoolExecutor | None = None
         # Of the requests to BEAT_PATH: how many this route answered, and how many it left to Django.
         self.answered = self.passed_on = 0
+        self.holds = CycleHolds()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != BEAT_PATH:
@@ -74,9 +78,14 @@ class AgentBeatRoute:
             return  # nobody is left to answer
         answer = None
         if authorization is not None and not more:
-            answer = await asyncio.get_running_loop().run_in_executor(
-                self._pool(), _answer_beat, authorization, b"".join(chunks)
-            )
+            body = b"".join(chunks)
+            loop = asyncio.get_running_loop()
+            quick = await loop.run_in_executor(self._pool(), _answer_beat, authorization, body, False)
+            if quick is not None and quick.hold_for is not None:
+                # It freed devices: answered once the cycle on its way has placed (console.agent_holds).
+                await self.holds.until_placed(quick.hold_for, float(settings.AGENT_HEARTBEAT_SECONDS))
+                quick = await loop.run_in_executor(self._pool(), _answer_beat, authorization, body, True) or quick
+            answer = quick.body if quick is not None else None
         if answer is None:
             self.passed_on += 1
             await self.app(scope, _replay(chunks, more, receive), send)
@@ -169,10 +178,10 @@ def _replay(chunks: list[bytes], more: bool, receive: Receive) -> Receive:
     return replayed
 
 
-def _answer_beat(authorization: bytes, body: bytes) -> bytes | None:
+def _answer_beat(authorization: bytes, body: bytes, again: bool) -> QuickAnswer | None:
     request_started.send(sender=AgentBeatRoute, scope=None)
     try:
-        return quick_beat(authorization=authorization, body=body)
+        return quick_beat(authorization=authorization, body=body, again=again)
     except Exception:
         # Django answers it as it answers any failure (and logs it as a request's): the beat is
         # idempotent, so running it again there does no harm.

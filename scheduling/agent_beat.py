@@ -73,6 +73,9 @@ class Desired:
     starts: list[DesiredStart] = field(default_factory=list)
     stops: list[DesiredStop] = field(default_factory=list)
     heartbeat_seconds: float = 2.0
+    # Asked back sooner (AGENT_FOLLOW_UP_SECONDS) for what the cycle on its way places here; not
+    # sent: the heartbeat's route may hold such an answer until that cycle (console.agent_holds).
+    follow_up: bool = False
 
 
 @dataclass(frozen=True, slots=True)

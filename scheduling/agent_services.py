@@ -418,7 +418,7 @@ def _answer(
     if ended:
         # This beat freed devices and asked for a cycle: what that cycle places here would wait a
         # whole heartbeat for the agent's next beat, so the agent is asked back sooner.
-        desired.heartbeat_seconds = follow_up
+        desired.heartbeat_seconds, desired.follow_up = follow_up, True
         triggers.mark_freed(node.pk)
     elif (
         follow_up < heartbeat_seconds
@@ -427,7 +427,7 @@ def _answer(
         and triggers.cycle_on_its_way(node.pk)
     ):
         # The follow-up came before the cycle its release asked for committed: again soon.
-        desired.heartbeat_seconds = follow_up
+        desired.heartbeat_seconds, desired.follow_up = follow_up, True
     unwanted = sorted(
         replica
         for replica, report in reported.items()

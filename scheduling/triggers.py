@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -164,6 +164,35 @@ def cycle_on_its_way(node_id: int) -> bool:
         logger.warning("could not read whether a cycle is on its way: %s", error)
         return False
     return freed is not None and (requested is not None or running is not None)
+
+
+def cycles_on_their_way(node_ids: Collection[int]) -> set[int]:
+    """Of these nodes, those for which cycle_on_its_way holds: one round trip for them all (the
+    heartbeat route asks it for every beat it holds, console.agent_holds)."""
+    if trigger_mode() != "celery" or not node_ids:
+        return set()
+    nodes = list(node_ids)
+    try:
+        *freed, requested, running = redis_client().mget(
+            [*(freed_key(node_id) for node_id in nodes), requested_key(), running_key()]
+        )
+    except Exception as error:  # noqa: BLE001 (whatever Redis raises, the beats are answered)
+        logger.warning("could not read whether a cycle is on its way: %s", error)
+        return set()
+    if requested is None and running is None:
+        return set()
+    return {node_id for node_id, mark in zip(nodes, freed, strict=True) if mark is not None}
+
+
+def placed_on(node_ids: Collection[int]) -> None:
+    """A cycle committed placements on these nodes: their freed marks have done their work, and a
+    beat of theirs held for that cycle (console.agent_holds) is answered now, with the starts."""
+    if trigger_mode() != "celery" or not node_ids:
+        return
+    try:
+        redis_client().delete(*(freed_key(node_id) for node_id in node_ids))
+    except Exception as error:  # noqa: BLE001 (whatever Redis raises, the marks expire by themselves)
+        logger.warning("could not clear the freed marks of %s nodes: %s", len(node_ids), error)
 
 
 def clear_request() -> None:

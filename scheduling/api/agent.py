@@ -6,14 +6,12 @@ a runaway agent is refused with a 400 naming the field, before anything is writt
 
 from __future__ import annotations
 
-import json
 from typing import Any, TypeGuard
 
 from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
@@ -23,7 +21,7 @@ from quotas import bounds
 from quotas.api.node_auth import IsNodeAgent, NodeTokenAuthentication
 from quotas.api.serializers import text, within
 from quotas.models import NodeAgent
-from quotas.node_agents import REVOKED, NodeTokenRevoked, ReportedDevice, agent_for_token, register_agent
+from quotas.node_agents import REVOKED, NodeTokenRevoked, ReportedDevice, register_agent
 from scheduling import agent_services
 from scheduling.models import AgentProcessState
 from utilities.json_types import JsonTypedMixin
@@ -415,36 +413,3 @@ class AgentHeartbeatView(_AgentView):
             raise AuthenticationFailed(REVOKED) from None
         agent_services.report_gpu_samples(agent=agent, samples=samples)
         return Response(_desired_body(desired))
-
-
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")  # as DRF's strict JSONParser refuses NaN and Infinity
-
-
-def quick_beat(*, authorization: bytes, body: bytes) -> bytes | None:
-    """AgentHeartbeatView's answer to a well-formed beat of a known token's own node, given
-    without Django's request cycle (console.agent_route, which calls it); None for anything
-    else, which that view then answers in full: its 400s, 401s and 403s are worded there alone.
-
-    Each check mirrors one the view makes (token scheme, strict UTF-8 JSON, accept_beat, the
-    token's own node), so the two answer a beat alike (tests/scheduling/test_agent_route.py)."""
-    words = authorization.split()
-    if len(words) != 2 or words[0].lower() != b"node":
-        return None
-    try:
-        token = words[1].decode("ascii")
-        payload = json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
-    except ValueError:  # UnicodeError and json's errors alike
-        return None
-    agent = agent_for_token(token)
-    accepted = accept_beat(payload)
-    if agent is None or accepted is None or accepted[0] != agent.node.name:
-        return None
-    _node, processes, samples = accepted
-    try:
-        desired = agent_services.heartbeat(agent=agent, processes=processes)
-    except NodeTokenRevoked:
-        return None  # rolled back, and forgotten here: the view answers the 401
-    agent_services.report_gpu_samples(agent=agent, samples=samples)
-    answer: bytes = JSONRenderer().render(_desired_body(desired))
-    return answer

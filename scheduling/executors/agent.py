@@ -31,8 +31,16 @@ class AgentExecutor:
         self.on_admitted_many([job])
 
     def on_admitted_many(self, jobs: Sequence[Job]) -> None:
-        # The `started` event is written when the agent reports the process, not before.
-        return None
+        # The `started` event is written when the agent reports the process, not before. A beat
+        # held for this cycle (console.agent_holds) is answered now: its node's mark goes.
+        if jobs and triggers.trigger_mode() == "celery":
+            triggers.placed_on(
+                set(
+                    ReplicaPlacementRecord.objects.filter(job_id__in=[job.pk for job in jobs]).values_list(
+                        "node_id", flat=True
+                    )
+                )
+            )
 
     def on_evicted(self, job: Job) -> None:
         # The next beat of each of its nodes answers a stop (SIGTERM, SIGKILL after the grace).
