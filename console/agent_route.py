@@ -33,6 +33,7 @@ from django.http.request import split_domain_port, validate_host
 
 from console.agent_holds import CycleHolds
 from scheduling.api.agent_quick import QuickAnswer, quick_beat
+from scheduling.events import published_later
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +182,9 @@ def _replay(chunks: list[bytes], more: bool, receive: Receive) -> Receive:
 def _answer_beat(authorization: bytes, body: bytes, again: bool) -> QuickAnswer | None:
     request_started.send(sender=AgentBeatRoute, scope=None)
     try:
-        return quick_beat(authorization=authorization, body=body, again=again)
+        # The live changes of the jobs it ends go out with those of the other beats (scheduling.events).
+        with published_later():
+            return quick_beat(authorization=authorization, body=body, again=again)
     except Exception:
         # Django answers it as it answers any failure (and logs it as a request's): the beat is
         # idempotent, so running it again there does no harm.

@@ -323,6 +323,9 @@ CONSOLE_LOCAL_AGENT_GPUS: int | None = local_agent_gpus(env.str("CONSOLE_LOCAL_A
 TELEMETRY_SAMPLE_SECONDS: float = env.float("TELEMETRY_SAMPLE_SECONDS", default=5.0)
 # Node agents' GPU readings are written together, at most this late (telemetry.services).
 AGENT_SAMPLES_FLUSH_SECONDS: float = env.float("AGENT_SAMPLES_FLUSH_SECONDS", default=1.0)
+# The live changes of the jobs that agents' beats end are sent together, at most this late
+# (scheduling.events.published_later); 0 sends each beat's before its answer.
+AGENT_PUBLISH_FLUSH_SECONDS: float = env.float("AGENT_PUBLISH_FLUSH_SECONDS", default=0.25)
 TELEMETRY_RAW_RETENTION_HOURS: float = env.float("TELEMETRY_RAW_RETENTION_HOURS", default=1.0)
 TELEMETRY_MINUTE_RETENTION_DAYS: float = env.float("TELEMETRY_MINUTE_RETENTION_DAYS", default=7.0)
 TELEMETRY_HOUR_RETENTION_DAYS: float = env.float("TELEMETRY_HOUR_RETENTION_DAYS", default=90.0)

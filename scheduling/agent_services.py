@@ -127,6 +127,11 @@ def heartbeat(*, agent: NodeAgent, processes: Sequence[ProcessReport], now: date
         _append_logs(change.lines_by_job, change.truncated_jobs, now)
         ended = _settle_jobs(placements, rows, reported, change.outcomes, node=node, now=now)
         ended |= _give_up_starts(agent, placements, overdue, ended, node=node, now=now)
+        if ended:
+            # Marked before the commit that asks for the cycle: a cycle quick enough to place here
+            # before a mark set after it would leave the mark for a later one to clear, and the
+            # beat held for it (console.agent_holds) waiting the whole heartbeat.
+            triggers.mark_freed(node.pk)
         if change.new_rows and agent.start_missed_at is not None and not overdue:
             # It takes up starts again: the Nodes page's warning has done its work.
             NodeAgent.objects.filter(pk=agent.pk).update(start_missed_at=None, start_missed="")
@@ -419,7 +424,6 @@ def _answer(
         # This beat freed devices and asked for a cycle: what that cycle places here would wait a
         # whole heartbeat for the agent's next beat, so the agent is asked back sooner.
         desired.heartbeat_seconds, desired.follow_up = follow_up, True
-        triggers.mark_freed(node.pk)
     elif (
         follow_up < heartbeat_seconds
         and not desired.starts

@@ -8,12 +8,16 @@ turned into small per-topic changes for the live pages (scheduling.live, docs/li
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Final
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db import close_old_connections, reset_queries
 
 from scheduling import live
 from scheduling.models import Job
@@ -35,13 +39,17 @@ def publish(event: dict[str, Any]) -> bool:
     return publish_many([event])
 
 
-def publish_many(batch: Sequence[dict[str, Any]]) -> bool:
+def publish_many(batch: Sequence[dict[str, Any]], *, committed_at: float | None = None) -> bool:
     """`publish` for the events of one commit: each goes to "scheduler", and their live topic
-    changes are read back together (one snapshot for a bulk submission, not one per job)."""
+    changes are read back together (one snapshot for a bulk submission, not one per job). Inside
+    `published_later()`, handed to this process's publisher thread instead (and True)."""
     if not batch or not getattr(settings, "SCHEDULER_PUBLISH_EVENTS", True):
         return False
+    if getattr(_later, "on", False) and float(settings.AGENT_PUBLISH_FLUSH_SECONDS) > 0:
+        _publisher.add(batch)
+        return True
     # Stamped before the read-back: the live envelope's `committed_at` (docs/live.md) is the commit.
-    committed_at = live.commit_stamp()
+    committed_at = live.commit_stamp() if committed_at is None else committed_at
     try:
         layer = get_channel_layer()
         if layer is None:
@@ -67,3 +75,66 @@ async def _send(
     for event in batch:
         await layer.group_send(GROUP, {"type": MESSAGE_TYPE, "event": event})
     await live.send_topic_changes(layer, changes, committed_at=committed_at)
+
+
+# The node agents' beats end jobs hundreds of times a second at scale, a few jobs each, and each
+# beat's publish read its quotas' figures back (a quarter of an exit beat's time in the drain
+# benchmark of issue 25), on the beat's thread before its answer. Inside `published_later()` (the
+# heartbeat's route, console.agent_route) a beat's batch is kept instead, and this process's
+# publisher thread sends every batch kept for up to AGENT_PUBLISH_FLUSH_SECONDS as one: one
+# read-back of the jobs named and one of their quotas' figures for all of them, stamped with the
+# newest commit's time (docs/live.md, coalesced messages). The price: those live changes reach
+# the pages up to that much later; a web process killed loses the ones it held (the database has
+# them: a page reload shows them). 0 publishes in the beat, as before.
+_later = threading.local()
+
+
+@contextmanager
+def published_later() -> Iterator[None]:
+    """publish_many in this block hands its batch to the publisher thread (see above)."""
+    _later.on = True
+    try:
+        yield
+    finally:
+        _later.on = False
+
+
+class _LaterPublisher:
+    """The batches this process keeps; beats on several threads add, one thread sends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._batches: list[dict[str, Any]] = []
+        self._newest = 0.0
+        self._due = threading.Event()
+        self._sender: threading.Thread | None = None
+
+    def add(self, batch: Sequence[dict[str, Any]]) -> None:
+        with self._lock:
+            if not self._batches:
+                self._due.set()  # the sender's wait for this batch starts now
+            self._batches.extend(batch)
+            self._newest = live.commit_stamp()
+            if self._sender is None or not self._sender.is_alive():
+                # Started at the first batch, in the process that serves it (after any fork).
+                self._sender = threading.Thread(target=self._send_forever, name="live-later", daemon=True)
+                self._sender.start()
+
+    def _send_forever(self) -> None:
+        while True:
+            self._due.wait()
+            time.sleep(float(settings.AGENT_PUBLISH_FLUSH_SECONDS))
+            with self._lock:
+                batch, newest, self._batches = self._batches, self._newest, []
+                self._due.clear()
+            if not batch:
+                continue
+            try:
+                publish_many(batch, committed_at=newest)
+            finally:
+                # As at the end of a request: the pool gets its connection back (the read-back used it).
+                close_old_connections()
+                reset_queries()
+
+
+_publisher = _LaterPublisher()
