@@ -8,18 +8,20 @@ in the drain benchmark of issue 25 that was 4.5 s at the median from a job's adm
 start on the host, at 64 nodes, most of it those follow-ups waiting in the web processes' queue.
 So the route holds such an answer, without a thread, until the cycle has placed something on the
 node (the agent executor clears the node's freed mark: scheduling.triggers.placed_on), or no
-cycle is on its way any longer, or a heartbeat has passed; then it answers the same beat anew,
-with the starts. The agent sees only a slower answer that carries its next work.
+cycle is on its way any longer, or a heartbeat has passed since the beat arrived; once placed, it
+answers the same beat anew, with the starts (otherwise the first answer goes, as before). The
+agent sees only a slower answer that carries its next work. The hold is what is left of a
+heartbeat after the beat's own wait and work: on a console too busy to answer a beat within a
+heartbeat, nothing is held, and an answer never waits for a thread twice beyond that.
 
 Every held beat of a web process is looked at together, one Redis round trip every
-POLL_SECONDS while any is held (scheduling.triggers.cycles_on_their_way), on a thread of its own
+POLL_SECONDS while any is held (scheduling.triggers.freed_and_coming), on a thread of its own
 so that Redis never blocks the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
@@ -34,19 +36,25 @@ class CycleHolds:
 
     def __init__(self, poll_seconds: float = POLL_SECONDS) -> None:
         self.poll_seconds = poll_seconds
-        self._held: dict[int, list[asyncio.Future[None]]] = {}
+        self._held: dict[int, list[asyncio.Future[bool]]] = {}
         self._poller: asyncio.Task[None] | None = None
         self._reader: ThreadPoolExecutor | None = None
 
-    async def until_placed(self, node_id: int, limit: float) -> None:
-        """Return once a cycle placed on `node_id`, none is on its way, or `limit` seconds passed."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    def holding(self) -> int:
+        """How many beats are held now."""
+        return sum(len(futures) for futures in self._held.values())
+
+    async def until_placed(self, node_id: int, limit: float) -> bool:
+        """Whether a cycle placed on `node_id` within `limit` seconds; False as soon as none is on
+        its way any longer, or at the limit."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._held.setdefault(node_id, []).append(future)
         if self._poller is None or self._poller.done():
             self._poller = asyncio.create_task(self._poll())
         try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(future, limit)
+            return await asyncio.wait_for(future, limit)
+        except TimeoutError:
+            return False
         finally:
             waiting = self._held.get(node_id, [])
             if future in waiting:
@@ -63,10 +71,10 @@ class CycleHolds:
             nodes = list(self._held)
             if not nodes:
                 break
-            on_their_way = await loop.run_in_executor(self._reader, triggers.cycles_on_their_way, nodes)
+            marked, coming = await loop.run_in_executor(self._reader, triggers.freed_and_coming, nodes)
             for node_id in nodes:
-                if node_id in on_their_way:
+                if node_id in marked and coming:
                     continue
                 for future in self._held.pop(node_id, []):
                     if not future.done():
-                        future.set_result(None)
+                        future.set_result(node_id not in marked)

@@ -81,10 +81,17 @@ class AgentBeatRoute:
         if authorization is not None and not more:
             body = b"".join(chunks)
             loop = asyncio.get_running_loop()
+            arrived = loop.time()
             quick = await loop.run_in_executor(self._pool(), _answer_beat, authorization, body, False)
-            if quick is not None and quick.hold_for is not None:
-                # It freed devices: answered once the cycle on its way has placed (console.agent_holds).
-                await self.holds.until_placed(quick.hold_for, float(settings.AGENT_HEARTBEAT_SECONDS))
+            # It freed devices: answered once the cycle on its way has placed (console.agent_holds),
+            # within a heartbeat of its arrival.
+            left = float(settings.AGENT_HEARTBEAT_SECONDS) - (loop.time() - arrived)
+            if (
+                quick is not None
+                and quick.hold_for is not None
+                and left > 0
+                and await self.holds.until_placed(quick.hold_for, left)
+            ):
                 quick = await loop.run_in_executor(self._pool(), _answer_beat, authorization, body, True) or quick
             answer = quick.body if quick is not None else None
         if answer is None:

@@ -166,11 +166,12 @@ def cycle_on_its_way(node_id: int) -> bool:
     return freed is not None and (requested is not None or running is not None)
 
 
-def cycles_on_their_way(node_ids: Collection[int]) -> set[int]:
-    """Of these nodes, those for which cycle_on_its_way holds: one round trip for them all (the
-    heartbeat route asks it for every beat it holds, console.agent_holds)."""
+def freed_and_coming(node_ids: Collection[int]) -> tuple[set[int], bool]:
+    """Of these nodes, those still marked freed (no cycle has placed on them since: placed_on),
+    and whether a cycle is requested or running: one round trip for them all (the heartbeat's
+    route asks it for every beat it holds, console.agent_holds)."""
     if trigger_mode() != "celery" or not node_ids:
-        return set()
+        return set(), False
     nodes = list(node_ids)
     try:
         *freed, requested, running = redis_client().mget(
@@ -178,10 +179,9 @@ def cycles_on_their_way(node_ids: Collection[int]) -> set[int]:
         )
     except Exception as error:  # noqa: BLE001 (whatever Redis raises, the beats are answered)
         logger.warning("could not read whether a cycle is on its way: %s", error)
-        return set()
-    if requested is None and running is None:
-        return set()
-    return {node_id for node_id, mark in zip(nodes, freed, strict=True) if mark is not None}
+        return set(nodes), False
+    marked = {node_id for node_id, mark in zip(nodes, freed, strict=True) if mark is not None}
+    return marked, requested is not None or running is not None
 
 
 def placed_on(node_ids: Collection[int]) -> None:
