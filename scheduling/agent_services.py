@@ -127,10 +127,7 @@ def heartbeat(*, agent: NodeAgent, processes: Sequence[ProcessReport], now: date
         _append_logs(change.lines_by_job, change.truncated_jobs, now)
         ended = _settle_jobs(placements, rows, reported, change.outcomes, node=node, now=now)
         ended |= _give_up_starts(agent, placements, overdue, ended, node=node, now=now)
-        if ended:
-            # Marked before the commit that asks for the cycle: a cycle quick enough to place here
-            # before a mark set after it would leave the mark for a later one to clear, and the
-            # beat held for it (console.agent_holds) waiting the whole heartbeat.
+        if ended:  # before the commit: a quick cycle could place here before a later mark (agent_holds)
             triggers.mark_freed(node.pk)
         if change.new_rows and agent.start_missed_at is not None and not overdue:
             # It takes up starts again: the Nodes page's warning has done its work.
@@ -421,8 +418,7 @@ def _answer(
             _start_of(row) for replica, row in sorted(wanted.items()) if replica not in rows and replica not in reported
         ]
     if ended:
-        # This beat freed devices and asked for a cycle: what that cycle places here would wait a
-        # whole heartbeat for the agent's next beat, so the agent is asked back sooner.
+        # It freed devices and asked for a cycle, whose placements here come sooner than a heartbeat.
         desired.heartbeat_seconds, desired.follow_up = follow_up, True
     elif (
         follow_up < heartbeat_seconds
