@@ -48,9 +48,10 @@ class PerNodeExecutor:
         self.name = default.name
 
     def _split(self, jobs: Sequence[Job]) -> list[tuple[Executor, list[Job]]]:
-        from scheduling.agent_selectors import node_executors_of_jobs
+        from scheduling.agent_selectors import node_executors_of_jobs, real_nodes_exist
 
-        executor_of = node_executors_of_jobs([job.pk for job in jobs]) if jobs else {}
+        # Where every node is simulated (simulate's clusters), so is every job: one cheap read.
+        executor_of = node_executors_of_jobs([job.pk for job in jobs]) if jobs and real_nodes_exist() else {}
         groups: dict[str, list[Job]] = {}
         for job in jobs:
             groups.setdefault(executor_of.get(job.pk, ""), []).append(job)

@@ -21,6 +21,7 @@ from django.db.models.functions import Coalesce
 from quotas.models import Node, NodeExecutor, NodeState
 from quotas.node_agents import heartbeat_record_seconds, mark_lost
 from scheduling import lifecycle, triggers
+from scheduling.agent_selectors import agents_to_watch
 from scheduling.models import Job, JobState, ReplicaPlacementRecord
 
 
@@ -54,6 +55,8 @@ def check_lost_nodes(now: datetime) -> int:
     """AGENT.md's lost node: silent for NODE_LOST_SECONDS → not ready (no new placements); after
     NODE_LOST_GRACE_SECONDS more, its jobs are requeued (or failed, when they asked not to be)
     with an event, and their devices freed. Returns how many nodes and jobs changed."""
+    if not agents_to_watch():
+        return 0  # A cluster without agents (simulated, Slurm) ticks every cycle: one cheap read.
     lost_after = float(settings.NODE_LOST_SECONDS)
     grace = float(settings.NODE_LOST_GRACE_SECONDS)
     # The stored beat may lag the last real one by up to heartbeat_record_seconds (beats do not
