@@ -33,7 +33,7 @@ from scheduling.commit import _Commit
 from scheduling.commit_rows import DeferredReasons
 from scheduling.gc_pauses import without_collector_pauses
 from scheduling.lock import CycleLease, CycleLock, get_cycle_lock
-from scheduling.models import CycleRecord, Job, SchedulerFence
+from scheduling.models import CycleRecord, SchedulerFence
 from scheduling.selectors import SnapshotIndex, build_snapshot
 
 logger = logging.getLogger(__name__)
@@ -155,12 +155,7 @@ def act_on(outcome: CycleOutcome) -> int:
     from scheduling.executors import get_executor
 
     executor = get_executor()
-    if outcome.admitted_ids or outcome.evicted_ids:
-        jobs = {job.pk: job for job in Job.objects.filter(pk__in=[*outcome.admitted_ids, *outcome.evicted_ids])}
-        executor.on_admitted_many([jobs[job_id] for job_id in outcome.admitted_ids if job_id in jobs])
-        evicted = [jobs[job_id] for job_id in outcome.evicted_ids if job_id in jobs]
-        if evicted:
-            executor.on_evicted_many(evicted)
+    executor.on_committed(outcome.admitted_ids, outcome.evicted_ids)
     return executor.tick(get_clock().now())
 
 

@@ -81,6 +81,8 @@ def _delete_placements(job_ids: Sequence[int]) -> None:
 
 class SimulatedExecutor:
     name = "simulated"
+    # All that on_admitted_many and on_evicted read of a job (`PerNodeExecutor.on_committed`).
+    job_fields = ("id", "state", "running_replicas")
 
     def on_admitted(self, job: Job) -> None:
         self.on_admitted_many([job])
