@@ -11,16 +11,23 @@ them. Nothing is trusted that the log may have missed: a snapshot read inside a 
 counts as the base of the next one only once that transaction commits (a rollback would restore
 log rows the read had taken), and any doubt (another database, names of nodes or quotas that
 changed, most jobs moved) means a full read, as before.
+
+The nodes, quotas and pools (the snapshot's frame, 2,000 rows at S3) are counted the same way:
+triggers count every row written to them (`frame_version`), and a snapshot builds on the last
+frame it read, committed, at the same count instead of reading them again (scheduling.snapshot_rows).
 """
 
 from __future__ import annotations
 
 from django.db import connection, transaction
 
+from quotas.models import Node, Quota, ResourcePool
 from scheduling.models import Job, PendingReason, ReplicaPlacementRecord
 from workspaces.models import Workspace
 
 MOVED_TABLE = "scheduling_snapshot_moved_job"
+# One row, one count: the writes to the tables a snapshot's frame reads (`frame_version`).
+FRAME_TABLE = "scheduling_snapshot_frame_version"
 
 
 class _Tracking:
@@ -28,6 +35,7 @@ class _Tracking:
     # whether the last snapshot of it was read with the log emptied and has committed since.
     database: tuple[object, ...] | None = None
     base_read: bool = False
+    tracking = 0  # which `track_moves` this is: a frame version counts from 0 in each
 
 
 _tracking = _Tracking()
@@ -69,6 +77,32 @@ def _triggers() -> dict[str, str]:
     return triggers
 
 
+def _frame_triggers() -> dict[str, str]:
+    """Each trigger's name and its CREATE statement: every row written to the nodes, the quotas
+    or the pools (what a snapshot's frame reads besides the fence) counts one."""
+    qn = connection.ops.quote_name
+    triggers: dict[str, str] = {}
+    for table in (model._meta.db_table for model in (Node, Quota, ResourcePool)):
+        for event in ("INSERT", "UPDATE", "DELETE"):
+            name = qn(f"{FRAME_TABLE}_{table}_{event.lower()}")
+            triggers[name] = (
+                f"CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {qn(table)} "
+                f"BEGIN UPDATE {qn(FRAME_TABLE)} SET {qn('n')} = {qn('n')} + 1; END"
+            )
+    return triggers
+
+
+def frame_version() -> tuple[int, int] | None:
+    """Where writes are logged, the version of the nodes, quotas and pools: a frame read at the
+    same version (and committed: a rolled-back write takes its count back) is the same frame
+    (scheduling.snapshot_rows). None where they are not logged."""
+    if _tracking.database != database_key():
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {connection.ops.quote_name('n')} FROM {connection.ops.quote_name(FRAME_TABLE)}")
+        return _tracking.tracking, cursor.fetchone()[0]
+
+
 def track_moves() -> None:
     """Log every job's moves on the connected SQLite database from now on, for its snapshots.
     Only for a database that this process alone writes, through one connection (simulate's own)."""
@@ -76,11 +110,16 @@ def track_moves() -> None:
     moved = connection.ops.quote_name(MOVED_TABLE)
     with connection.cursor() as cursor:
         cursor.execute(f"CREATE TABLE IF NOT EXISTS {moved} (job_id integer NOT NULL PRIMARY KEY)")
-        for statement in _triggers().values():
+        frame = connection.ops.quote_name(FRAME_TABLE)
+        cursor.execute(f"CREATE TABLE IF NOT EXISTS {frame} (n integer NOT NULL)")
+        for statement in (*_triggers().values(), *_frame_triggers().values()):
             cursor.execute(statement)
         cursor.execute(f"DELETE FROM {moved}")
+        cursor.execute(f"DELETE FROM {frame}")
+        cursor.execute(f"INSERT INTO {frame} (n) VALUES (0)")
     _tracking.database = database_key()
     _tracking.base_read = False
+    _tracking.tracking += 1
 
 
 def stop_tracking(*, drop: bool = True) -> None:
@@ -88,9 +127,10 @@ def stop_tracking(*, drop: bool = True) -> None:
     is about to go: `drop=False`)."""
     if drop and _tracking.database == database_key():
         with connection.cursor() as cursor:
-            for trigger in _triggers():
+            for trigger in (*_triggers(), *_frame_triggers()):
                 cursor.execute(f"DROP TRIGGER IF EXISTS {trigger}")
-            cursor.execute(f"DROP TABLE IF EXISTS {connection.ops.quote_name(MOVED_TABLE)}")
+            for table in (MOVED_TABLE, FRAME_TABLE):
+                cursor.execute(f"DROP TABLE IF EXISTS {connection.ops.quote_name(table)}")
     _tracking.database = None
     _tracking.base_read = False
 

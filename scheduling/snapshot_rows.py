@@ -15,11 +15,11 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import FloatField, Func, Q, QuerySet
 
 from quotas.models import Node, NodeExecutor, NodeState, Quota, ResourcePool
-from scheduling import engine
+from scheduling import engine, snapshot_moves
 from scheduling.engine import types as engine_types
 from scheduling.models import HOLDING_STATES, ReplicaPlacementRecord, SchedulerFence
 
@@ -249,6 +249,8 @@ class _Built:
 
     nodes: tuple[list[tuple[Any, ...]], list[engine.Node], dict[int, str]] = ([], [], {})
     quotas: tuple[list[tuple[Any, ...]], dict[int, str], list[engine.Quota]] = ([], {}, [])
+    # The last frame and the version it was read at, where writes are logged (snapshot_moves).
+    frame: tuple[tuple[int, int] | None, NodesAndQuotas | None] = (None, None)
 
 
 _built = _Built()
@@ -356,10 +358,20 @@ def held_outside(labels: Any) -> tuple[int, ...]:
 
 def read_nodes_and_quotas() -> NodesAndQuotas:
     """The fence first (see `build_snapshot`), then the pools, the nodes and the quotas, in four
-    queries. Each node and quota carries its pool's name, and the engine schedules each pool on
-    its own (engine.pools)."""
+    queries; on simulate's database, only the fence while nothing else was written since the last
+    (snapshot_moves.frame_version). Each node and quota carries its pool's name, and the engine
+    schedules each pool on its own (engine.pools)."""
     fence = SchedulerFence.objects.filter(pk=SchedulerFence.SINGLETON_ID).values_list("token", "generation").first()
     fence_token, fence_generation = fence if fence is not None else (0, 0)
+    version, (kept_at, kept) = snapshot_moves.frame_version(), _built.frame
+    if version is not None and version == kept_at and kept is not None:
+        # Nothing it reads written since (simulate's database counts the writes): a copy, as built.
+        nodes_now, names_now, quota_names_now = list(kept.nodes), dict(kept.node_names), dict(kept.quota_names)
+        placed = kept.placement, kept.pool_placements
+        return NodesAndQuotas(
+            fence_token, fence_generation, *placed, nodes_now, names_now, quota_names_now, list(kept.quotas)
+        )
+    _built.frame = (None, None)
 
     pool_placements = tuple(ResourcePool.objects.order_by("id").values_list("name", "placement"))
     placement = pool_placements[0][1] if pool_placements else engine_types.PACK
@@ -397,9 +409,13 @@ def read_nodes_and_quotas() -> NodesAndQuotas:
     if node_rows:
         _built.nodes = (read_rows, list(nodes), dict(node_names))
     quota_names, quotas = engine_quotas()
-    return NodesAndQuotas(
+    frame = NodesAndQuotas(
         fence_token, fence_generation, placement, pool_placements, nodes, node_names, quota_names, quotas
     )
+    if version is not None:  # a base once committed (at once outside a transaction); a copy, as returned
+        kept = NodesAndQuotas(*frame[:4], list(nodes), dict(node_names), dict(quota_names), list(quotas))
+        transaction.on_commit(lambda: setattr(_built, "frame", (version, kept)))
+    return frame
 
 
 def held_devices(

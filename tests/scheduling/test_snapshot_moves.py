@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
+from quotas.models import Node, NodeState, Quota, ResourcePool
 from scheduling import snapshot as snapshots
-from scheduling import snapshot_moves
+from scheduling import snapshot_moves, snapshot_rows
 from scheduling.clock import get_clock
 from scheduling.cycle import run_cycle
 from scheduling.models import Job, JobState, ReplicaPlacementRecord
@@ -55,6 +57,52 @@ def same_as_a_full_read(snapshot: Any, index: snapshots.SnapshotIndex) -> None:
     assert full_index.jobs_read == len(full.jobs)
     assert snapshot.jobs == full.jobs
     assert index.jobs == full_index.jobs
+
+
+def same_frame_as_a_full_read(snapshot: Any) -> None:
+    snapshot_rows._built.frame = (None, None)  # nothing kept: nodes and quotas read
+    full, _index = build_snapshot(get_clock().now())
+    assert (snapshot.nodes, snapshot.quotas, snapshot.pool_placements) == (
+        full.nodes,
+        full.quotas,
+        full.pool_placements,
+    )
+
+
+def test_nodes_quotas_and_pools_unwritten_are_not_read_again(busy: Cluster) -> None:
+    with CaptureQueriesContext(connection) as captured:
+        snapshot_now, _index = snapshot()
+    tables = [f'FROM "{model._meta.db_table}"' for model in (Node, Quota, ResourcePool)]
+    assert not [query for query in captured.captured_queries if any(table in query["sql"] for table in tables)]
+    same_frame_as_a_full_read(snapshot_now)
+
+
+def test_nodes_quotas_and_pools_written_by_anyone_are_read_again(busy: Cluster) -> None:
+    Node.objects.filter(pk=busy.nodes["gpu-1"].pk).update(state=NodeState.CORDONED)
+    snapshot_now, _index = snapshot()
+    assert not snapshot_now.nodes[0].schedulable
+    same_frame_as_a_full_read(snapshot_now)
+    snapshot()
+    Quota.objects.filter(pk=busy.quotas["team-b"].pk).update(gpus=3)
+    snapshot_now, _index = snapshot()
+    assert next(quota for quota in snapshot_now.quotas if quota.name == "team-b").gpus == 3
+    snapshot()
+    ResourcePool.objects.filter(pk=busy.pool.pk).update(placement="spread")
+    snapshot_now, _index = snapshot()
+    assert snapshot_now.placement == "spread"
+    same_frame_as_a_full_read(snapshot_now)
+
+
+def test_a_frame_read_rolled_back_is_no_base(busy: Cluster) -> None:
+    with pytest.raises(RuntimeError), transaction.atomic():
+        Node.objects.filter(pk=busy.nodes["gpu-1"].pk).update(state=NodeState.CORDONED)
+        assert not snapshot()[0].nodes[0].schedulable
+        raise RuntimeError("rolled back")
+    # The count went back with the write: another write counts the same, and is still read.
+    Quota.objects.filter(pk=busy.quotas["team-b"].pk).update(gpus=3)
+    snapshot_now, _index = snapshot()
+    assert snapshot_now.nodes[0].schedulable
+    assert next(quota for quota in snapshot_now.quotas if quota.name == "team-b").gpus == 3
 
 
 def test_nothing_moved_reads_no_job_row(busy: Cluster) -> None:
