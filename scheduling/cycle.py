@@ -262,11 +262,12 @@ def ensure_fence() -> None:
 
 def _advance_fence(*, token: int, seen_generation: int, now: datetime) -> None:
     """The first write of the commit; its row lock makes concurrent commits take turns."""
+    ours = SchedulerFence.objects.filter(pk=SchedulerFence.SINGLETON_ID, token__lt=token, generation=seen_generation)
+    # The row is missing only from a fresh database: ensured when the update finds nothing.
+    if ours.update(token=token, generation=F("generation") + 1, committed_at=now):
+        return
     ensure_fence()
-    moved = SchedulerFence.objects.filter(
-        pk=SchedulerFence.SINGLETON_ID, token__lt=token, generation=seen_generation
-    ).update(token=token, generation=F("generation") + 1, committed_at=now)
-    if moved:
+    if ours.update(token=token, generation=F("generation") + 1, committed_at=now):
         return
     fence = SchedulerFence.objects.get(pk=SchedulerFence.SINGLETON_ID)
     if fence.token >= token:

@@ -199,8 +199,8 @@ def reasons_written(written: list[tuple[int, str, str, str, str, int | None]]) -
         _was_mark, held_mark, was_row, quota, replicas, was, job = entry
         mark = entry.mark if version == before else f"{version} {entry.mark.partition(' ')[2]}"
         row = (*was_row[: _SEEN_AT + 3], code, message, position, mark)  # the row as it is now
-        seen = JobSeen._make((*was[:8], code, message, position, version))
-        kept[pk] = _Known(mark, held_mark, row, quota, replicas, seen, job)
+        seen = _new_tuple(JobSeen, (*was[:8], code, message, position, version))
+        kept[pk] = _new_tuple(_Known, (mark, held_mark, row, quota, replicas, seen, job))
     _memory.read = (database, node_names, quota_names, kept)
 
 
@@ -224,8 +224,8 @@ def reasons_written_here(
         # Positionally, as `job_seen` builds them: `_replace` cost S3's commits a second in all.
         mark, held_mark, row, quota, replicas, was, job = entry
         row = (*row[: _SEEN_AT + 3], code, message, position, row[-1])  # the row as it is now
-        now = JobSeen._make((*was[:8], code, message, position, was.version))
-        kept[pk] = _Known(mark, held_mark, row, quota, replicas, now, job)
+        now = _new_tuple(JobSeen, (*was[:8], code, message, position, was.version))
+        kept[pk] = _new_tuple(_Known, (mark, held_mark, row, quota, replicas, now, job))
         taken.append(pk)
     snapshot_moves.taken(database, taken)
     _memory.read = (database, node_names, quota_names, kept)
