@@ -26,7 +26,7 @@ from scheduling.clock import SimulatedClock, use_clock
 from scheduling.commit_rows import DeferredReasons
 from scheduling.models import Job, JobState, ReplicaPlacementRecord
 from scheduling.pending_reasons import with_shown_reason
-from scheduling.simulate.collector import batch_collection
+from scheduling.simulate.collector import batch_collection, set_aside
 from scheduling.simulate.cycle_lock import InProcessCycleLock
 from scheduling.simulate.resources import resource_figures
 from scheduling.simulate.scenario import (
@@ -276,6 +276,7 @@ class ScenarioRunner:
         with triggers.paused():
             for _ in range(self.max_cycles):
                 outcome = job_services.run_cycle(trigger="simulate", lock=self.lock, deferred_reasons=self.reasons)
+                set_aside()  # what the cycle kept, out of the collector's next passes (collector.py)
                 self.cycles += 1
                 if outcome.committed and not outcome.changed:
                     self.reasons.flush()

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Iterator
 
 import pytest
 
-from scheduling.simulate.collector import YOUNG_GENERATION, batch_collection
+from scheduling.simulate.collector import YOUNG_GENERATION, batch_collection, set_aside
 
 
 @pytest.fixture
@@ -48,3 +49,55 @@ def test_never_lowers_a_larger_young_generation() -> None:
             assert gc.get_threshold()[0] == YOUNG_GENERATION * 5
     finally:
         gc.set_threshold(*saved)
+
+
+def test_set_aside_freezes_until_the_outermost_block_ends() -> None:
+    assert gc.get_freeze_count() == 0
+    kept = [object() for _ in range(10)]
+    with batch_collection():
+        with batch_collection():
+            set_aside()
+            assert gc.get_freeze_count() > 0
+        assert gc.get_freeze_count() > 0  # the inner block gives nothing back
+    assert gc.get_freeze_count() == 0
+    assert len(kept) == 10
+
+
+def test_set_aside_outside_a_block_freezes_nothing() -> None:
+    set_aside()
+    assert gc.get_freeze_count() == 0
+
+
+def test_gives_back_after_an_error() -> None:
+    with pytest.raises(RuntimeError), batch_collection():
+        set_aside()
+        raise RuntimeError("a scenario step failed")
+    assert gc.get_freeze_count() == 0
+
+
+def test_leaves_objects_frozen_by_someone_else_alone() -> None:
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    try:
+        with batch_collection():
+            set_aside()  # would mix its objects with theirs, that the block must not unfreeze
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+
+
+def test_garbage_frozen_with_the_rest_is_collected_after_the_block() -> None:
+    class Linked:
+        partner: object = None
+
+    with batch_collection():
+        first, second = Linked(), Linked()
+        first.partner, second.partner = second, first
+        watched = weakref.ref(first)
+        del first, second  # a reference cycle: only the collector frees it
+        set_aside()
+        gc.collect()
+        assert watched() is not None
+    gc.collect()
+    assert watched() is None
