@@ -86,9 +86,10 @@ class _Parser:
     """Holds the names seen so far so that later steps can be checked against them."""
 
     def __init__(self) -> None:
-        self.node_names: list[str] = []
-        self.quota_names: list[str] = []
-        self.workspace_quotas: dict[str, tuple[str, ...]] = {}
+        # Sets: each of a 10,000-job file's jobs looks its quota up (a list of 1,110 scanned each time).
+        self.node_names: set[str] = set()
+        self.quota_names: set[str] = set()
+        self.workspace_quotas: dict[str, frozenset[str]] = {}
         self.job_steps: dict[str, int] = {}
         self.pools: tuple[PoolSpec, ...] = ()
         self.node_pools: dict[str, str] = {}
@@ -113,7 +114,7 @@ class _Parser:
         default_workspaces = top.get("workspaces") is None
         if default_workspaces:
             workspaces = tuple(WorkspaceSpec(name=quota.name, quotas=(quota.name,)) for quota in quotas)
-            self.workspace_quotas = {ws.name: ws.quotas for ws in workspaces}
+            self.workspace_quotas = {ws.name: frozenset(ws.quotas) for ws in workspaces}
         else:
             workspaces = self.workspaces(_list(top["workspaces"], where, "workspaces", required=True))
         raw_steps = _list(top.get("steps", []), where, "steps", required=False)
@@ -185,7 +186,7 @@ class _Parser:
             for node_name in names:
                 if node_name in self.node_names:
                     raise ScenarioError(where, "name", f"duplicate node name {node_name!r}")
-                self.node_names.append(node_name)
+                self.node_names.add(node_name)
                 if pool is not None:
                     self.node_pools[node_name] = pool
                 nodes.append(
@@ -214,7 +215,7 @@ class _Parser:
                         where, "pool", f"a child has its parent's pool {root_pool!r}; it cannot name {pool!r}"
                     )
                 pool = pool if parent is None else root_pool
-                self.quota_names.append(name)
+                self.quota_names.add(name)
                 options = _quota_fields(entry, where)
                 quotas.append(QuotaSpec(name=name, parent=parent, gpus=options.pop("gpus", 0.0), pool=pool, **options))
                 children = _list(entry.get("children", []), where, "children", required=False)
@@ -241,7 +242,7 @@ class _Parser:
                 for q in _list(entry.get("quotas", []), where, "quotas", required=False)
             )
             description = _string(entry.get("description", ""), where, "description", allow_empty=True)
-            self.workspace_quotas[name] = bound
+            self.workspace_quotas[name] = frozenset(bound)
             workspaces.append(WorkspaceSpec(name=name, quotas=bound, description=description))
         return tuple(workspaces)
 
