@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -22,7 +23,7 @@ from quotas.models import Quota
 from scheduling import bulk, engine, job_environment, lifecycle, triggers
 from scheduling.clock import get_clock
 from scheduling.gc_pauses import without_collector_pauses
-from scheduling.job_writes import Actor, _publish_on_commit
+from scheduling.job_writes import Actor, NewJobs, _publish_on_commit
 from scheduling.mentions import mention_jobs, reasons_read_by, unnamed
 from scheduling.models import KIND_DEFAULTS, Job, JobEvent, JobEventKind, JobKind
 from scheduling.selectors import estimate_snapshot, job_key, user_gpus_in_use
@@ -156,6 +157,11 @@ class JobShape:
         return {spec.name: getattr(self, spec.name) for spec in fields(JobShape)}
 
 
+# JobShape's fields are Job's columns of the same names, read from a submission in one C call.
+_SHAPE_FIELDS: tuple[str, ...] = tuple(spec.name for spec in fields(JobShape))
+_read_shape = attrgetter(*_SHAPE_FIELDS)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobSubmission(JobShape):
     """One job of `submit_jobs`: what `submit_job` takes besides the actor."""
@@ -219,7 +225,7 @@ def preview_submit_job(
     `submit_job`, then the job is saved and the scheduler asked inside a rolled-back transaction."""
     submission = _submission_of(locals())
     now = get_clock().now()
-    job = _new_job(actor, submission, now)
+    job = _new_job(actor, submission, now, NewJobs())
     with transaction.atomic():
         _Admission(actor, [submission.workspace]).check(job)
         job.save(force_insert=True)
@@ -252,9 +258,10 @@ def _submit(actor: Actor, submissions: Sequence[JobSubmission], *, name_jobs: bo
     with transaction.atomic():
         admission = _Admission(actor, (submission.workspace for submission in submissions))
         jobs: list[Job] = []
+        new_jobs = NewJobs()
         for number, submission in enumerate(submissions, start=1):
             try:
-                job = _new_job(actor, submission, now)
+                job = _new_job(actor, submission, now, new_jobs)
                 admission.check(job)
             except (ValidationError, PermissionDenied) as error:
                 if not name_jobs:
@@ -298,7 +305,7 @@ def _submit(actor: Actor, submissions: Sequence[JobSubmission], *, name_jobs: bo
     return jobs
 
 
-def _new_job(actor: Actor, submission: JobSubmission, now: datetime) -> Job:
+def _new_job(actor: Actor, submission: JobSubmission, now: datetime, new_jobs: NewJobs) -> Job:
     """The job as submitted, the kind's defaults filled in and its shape checked; not saved."""
     default_priority, default_preemptible = KIND_DEFAULTS.get(submission.kind, (5, True))
     priority = default_priority if submission.priority is None else submission.priority
@@ -318,18 +325,15 @@ def _new_job(actor: Actor, submission: JobSubmission, now: datetime) -> Job:
         environment=submission.environment,
         image=submission.image,
     )
-    return Job(  # type: ignore[misc]  # a signed-in actor is a User
-        **{
-            **submission.shape(),
-            "priority": priority,
-            "preemptible": preemptible,
-            "environment": dict(submission.environment or {}),
-        },
-        workspace=submission.workspace,
-        quota=submission.quota,
-        owner=actor if actor is not None and actor.is_authenticated else None,
+    columns = dict(zip(_SHAPE_FIELDS, _read_shape(submission), strict=True))
+    columns.update(
+        priority=priority,
+        preemptible=preemptible,
+        environment=dict(submission.environment or {}),
         submitted_at=now,
     )
+    owner = actor if actor is not None and actor.is_authenticated else None
+    return new_jobs.build(columns, {"workspace": submission.workspace, "quota": submission.quota, "owner": owner})
 
 
 class _Admission:

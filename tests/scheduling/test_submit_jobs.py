@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,6 +13,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from quotas.models import AuditRecord
 from scheduling import events, services, triggers
 from scheduling.clock import SimulatedClock, use_clock
+from scheduling.job_writes import NewJobs
 from scheduling.models import Job, JobEvent
 from scheduling.services import JobSubmission
 from tests.scheduling.conftest import Cluster
@@ -210,3 +212,22 @@ def test_an_empty_batch_writes_and_asks_nothing(cluster: Cluster, django_capture
         assert services.submit_jobs(actor=None, submissions=[]) == []
     assert callbacks == []
     assert not Job.objects.exists()
+
+
+def test_every_field_of_a_job_shape_is_a_job_column() -> None:
+    # A submission's job is built positionally from these (job_writes.NewJobs): a field of the
+    # shape that no column takes would otherwise be dropped without a word.
+    columns = {field.attname for field in Job._meta.concrete_fields}
+    assert {spec.name for spec in dataclasses.fields(JobSubmission)} - {"workspace", "quota"} <= columns
+
+
+def test_a_built_job_is_the_job_keyword_arguments_make(cluster: Cluster) -> None:
+    workspace, quota = cluster.workspace, cluster.quotas["team-a"]
+    now = datetime(2025, 1, 1, tzinfo=UTC)
+    columns: dict[str, Any] = {"name": "train", "kind": "training", "gpus": 2.0, "priority": 3, "submitted_at": now}
+    built = NewJobs().build(dict(columns), {"workspace": workspace, "quota": quota, "owner": None})
+    made = Job(**columns, workspace=workspace, quota=quota, owner=None)
+    fields = [field.attname for field in Job._meta.concrete_fields]
+    assert [getattr(built, name) for name in fields] == [getattr(made, name) for name in fields]
+    assert built._state.adding and built.workspace is workspace and built.quota is quota
+    assert built.environment == {} and built.environment is not NewJobs().build({}, {}).environment
