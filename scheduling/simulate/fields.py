@@ -9,7 +9,6 @@ from typing import Any
 
 from scheduling.simulate.scenario import QUEUE_POLICIES, SETTABLE_QUOTA_FIELDS, ScenarioError, show
 
-
 # The types each check takes, as tuples: `isinstance(value, int | float)` builds the union at
 # every call, three times as slow (a 10,000-job file makes 100,000 such checks).
 _NUMBERS = (int, float)
