@@ -154,7 +154,7 @@ class JobShape:
 
     def shape(self) -> dict[str, Any]:
         """The fields of JobShape alone, to build another kind of job from this one."""
-        return {spec.name: getattr(self, spec.name) for spec in fields(JobShape)}
+        return dict(zip(_SHAPE_FIELDS, _read_shape(self), strict=True))
 
 
 # JobShape's fields are Job's columns of the same names, read from a submission in one C call.

@@ -8,16 +8,16 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from quotas.models import Quota
 from scheduling.engine.status import snapshot_statuses
 from scheduling.selectors import build_snapshot
 from scheduling.simulate.scenario import figure
 
 
-def resource_figures(quotas: Sequence[Quota], now: datetime) -> dict[str, dict[str, dict[str, Any]]]:
+def resource_figures(quotas: Sequence[Sequence[Any]], now: datetime) -> dict[str, dict[str, dict[str, Any]]]:
     """Per quota name, its managed resources' figures; empty (and no snapshot read) when no root
-    quota sets CPU or memory, so a GPU-only scenario costs nothing more."""
-    if not any(quota.parent_id is None and (quota.cpu is not None or quota.memory_gib is not None) for quota in quotas):
+    quota sets CPU or memory, so a GPU-only scenario costs nothing more. Each quota is a row
+    ending in its parent_id, cpu and memory_gib."""
+    if not any(parent_id is None and (cpu is not None or memory is not None) for *_, parent_id, cpu, memory in quotas):
         return {}
     snapshot, _index = build_snapshot(now)
     return {

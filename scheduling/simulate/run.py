@@ -17,8 +17,8 @@ from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
 from django.db import transaction
 
-from quotas import hooks as quota_hooks
 from quotas import services as quota_services
+from quotas.hooks import QuotaStatus
 from quotas.models import Node, NodeState, Quota, ResourcePool
 from scheduling import services as job_services
 from scheduling import triggers
@@ -26,6 +26,7 @@ from scheduling.clock import SimulatedClock, use_clock
 from scheduling.commit_rows import DeferredReasons
 from scheduling.models import Job, JobState, ReplicaPlacementRecord
 from scheduling.pending_reasons import with_shown_reason
+from scheduling.selectors import quota_status_summary
 from scheduling.simulate.collector import batch_collection, set_aside
 from scheduling.simulate.cycle_lock import InProcessCycleLock
 from scheduling.simulate.resources import resource_figures
@@ -53,6 +54,8 @@ from workspaces.models import Workspace
 
 SIMULATION_START: Final = datetime(2025, 1, 1, tzinfo=UTC)
 SIMULATE_USERNAME: Final = "simulate"
+# A quota the status figures leave out (as the quotas app's status hook fills it in).
+_NO_FIGURES: Final = QuotaStatus(fair_share=0.0, allocated=0.0, allocated_self=0.0, running=0, pending=0)
 
 
 def _scenario_error(where: str, error: ValidationError | PermissionDenied) -> ScenarioError:
@@ -343,27 +346,30 @@ class ScenarioRunner:
     # -- reading the state --------------------------------------------------------------------
 
     def checkpoint(self, name: str) -> Checkpoint:
-        quotas = list(Quota.objects.select_related("pool").order_by("id"))
-        status = quota_hooks.quota_status(quotas)
+        # The quotas as plain rows, not models (two objects each, with the pool): the status
+        # figures are keyed by name, as the quotas app's status hook reads them.
+        columns = ("id", "name", "gpus", "pool__name", "parent_id", "cpu", "memory_gib")
+        quotas = list(Quota.objects.order_by("id").values_list(*columns))
+        status = quota_status_summary()
         managed = resource_figures(quotas, self.clock.now())  # cpu and memory_gib, where managed
         quota_figures: dict[str, dict[str, Any]] = {}
-        for quota in quotas:
-            figures = status[quota.pk]
-            quota_figures[quota.name] = {
-                "guaranteed": figure(quota.gpus),
+        for _quota_id, quota_name, gpus, pool_name, *_resources in quotas:
+            figures = status.get(quota_name, _NO_FIGURES)
+            quota_figures[quota_name] = {
+                "guaranteed": figure(gpus),
                 "fair_share": figure(figures["fair_share"]),
                 "allocated": figure(figures["allocated"]),
                 "allocated_self": figure(figures["allocated_self"]),
                 "running": figures["running"],
                 "pending": figures["pending"],
-                "pool": quota.pool.name,
-                **managed.get(quota.name, {}),
+                "pool": pool_name,
+                **managed.get(quota_name, {}),
             }
         # Every job of the private database is one of the scenario's, so no id filter (a list
         # of 10,000 ids is more than SQLite parses); four queries whatever the size, and plain
         # tuples, the names of quotas and nodes looked up here rather than joined per row.
         by_pk = {pk: name for name, pk in self.jobs.items()}
-        quota_names = {quota.pk: quota.name for quota in quotas}
+        quota_names = {quota_id: quota_name for quota_id, quota_name, *_ in quotas}
         node_names = dict(Node.objects.values_list("id", "name"))
         nodes_of: dict[int, dict[int, str]] = defaultdict(dict)
         for job_id, node_id in ReplicaPlacementRecord.objects.values_list("job_id", "node_id"):
