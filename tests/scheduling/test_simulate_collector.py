@@ -80,7 +80,7 @@ def test_leaves_objects_frozen_by_someone_else_alone() -> None:
     frozen = gc.get_freeze_count()
     try:
         with batch_collection():
-            made_since = [[] for _ in range(1_000)]  # what a freeze now would add to theirs
+            made_since: list[list[int]] = [[] for _ in range(1_000)]  # what a freeze now would add to theirs
             set_aside()  # would mix its objects with theirs, that the block must not unfreeze
             # At most as many: a frozen object another thread of the suite lets go leaves the count.
             assert gc.get_freeze_count() <= frozen
