@@ -288,7 +288,7 @@ SCHEDULER_ALLOCATION_HISTORY_HOURS: float = env.float("SCHEDULER_ALLOCATION_HIST
 SCHEDULER_ALLOCATION_HISTORY_MAX_ROWS: int = env.int("SCHEDULER_ALLOCATION_HISTORY_MAX_ROWS", default=500_000)
 SCHEDULER_ALLOCATION_HISTORY_PRUNE_SECONDS: float = 60.0
 # A pending job whose only change is its place in the queue has that written at most this often
-# (scheduling.pending_reasons.positions_due); a new reason is written by the cycle that makes it.
+# (scheduling.pending_reasons.positions_held_until); a new reason is written by the cycle that makes it.
 SCHEDULER_POSITION_REFRESH_SECONDS: float = env.float("SCHEDULER_POSITION_REFRESH_SECONDS", default=2.0)
 HEARTBEAT_SECONDS: float = env.float("HEARTBEAT_SECONDS", default=10.0)
 # The node agent (AGENT.md): how often agents beat, and when a silent node is lost. A node with no

@@ -44,8 +44,8 @@ class _Applied:
     # Pending jobs whose reason this commit rewrote without telling the snapshot's memory (SQLite,
     # or a snapshot read without row versions): so many rows the next snapshot reads anew.
     reasons_read_again: int = 0
-    # Some pending job's new queue position was left for a later commit (pending_reasons.positions_due).
-    positions_held: bool = False
+    # When a pending job's new queue position, left for a later commit, falls due (pending_reasons).
+    positions_held_until: datetime | None = None
     skipped: int = 0
     decisions: list[dict[str, Any]] = field(default_factory=list)
     admitted_ids: list[int] = field(default_factory=list)
@@ -337,7 +337,7 @@ class _CommitRows:
         rows: list[pending_reasons.ReasonRow] = []
         versions: dict[int, str | None] = {}  # the rows' jobs' versions, for the snapshot's memory
         reason_of, pending, none = result.pending.get, JobState.PENDING.value, ("", "", None)  # 150,000 jobs at S4
-        positions, held = pending_reasons.positions_due(self.now), False
+        held_until, held = pending_reasons.positions_held_until(self.now), False
         for key, seen in self.index.jobs.items():
             if seen.state != pending or key in admitted_now:
                 continue
@@ -348,12 +348,12 @@ class _CommitRows:
             if code == seen.reason_code and message == seen.reason_message:
                 if position == seen.position:
                     continue
-                if not positions and position is not None and seen.position is not None:
+                if held_until is not None and position is not None and seen.position is not None:
                     held = True  # only moved in the queue, and positions are not due
                     continue
             rows.append((seen.pk, seen.revision, *wanted))
             versions[seen.pk] = seen.version
-        self.applied.positions_held = held
+        self.applied.positions_held_until = held_until if held else None
         if rows:
             self.applied.reasons_read_again = write_reasons(rows, versions=versions, seen=self.index.jobs)
 

@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from scheduling import changes, engine, events, history, pending_reasons, resource_figures
+from scheduling import changes, engine, events, history, resource_figures
 from scheduling import snapshot as snapshots
 from scheduling.clock import get_clock
 from scheduling.commit import _Commit
@@ -182,8 +182,8 @@ def _decide_and_commit(
             _advance_fence(token=lease.token, seen_generation=index.fence_generation, now=now)
             applied = _Commit(index=index, now=now, deferred=deferred_reasons).apply(result)
             wake_at = changes.wake_at(snapshot)
-            if applied.positions_held:
-                wake_at = min(filter(None, (wake_at, pending_reasons.positions_next(now))))
+            if applied.positions_held_until is not None:
+                wake_at = min(filter(None, (wake_at, applied.positions_held_until)))
             changes.settle(change_ids, decided=bool(applied.decisions), wake_at=wake_at)
             _record_allocations(result, index, now)
             duration_ms = (time.perf_counter() - started) * 1000

@@ -278,7 +278,7 @@ class SchedulerFence(models.Model):
     # out while jobs wait) may change the last committed decisions: the beat runs a cycle then
     # even though no change was recorded (scheduling.changes).
     wake_at = models.DateTimeField(null=True, blank=True)
-    # When a commit last wrote every pending job's moved queue position (pending_reasons.positions_due):
+    # When a commit last wrote every pending job's moved queue position (pending_reasons.positions_held_until):
     # positions alone are written at most every SCHEDULER_POSITION_REFRESH_SECONDS.
     positions_at = models.DateTimeField(null=True, blank=True)
 

@@ -104,27 +104,21 @@ def _into_empty(cursor: Any, table: str, insert: str) -> list[int] | None:
         return None
 
 
-def positions_due(now: datetime) -> bool:
-    """Whether the commit at `now` writes the pending jobs whose only change is their place in the
-    queue; if so, it is noted on the fence (the caller's transaction holds its row lock). Those
-    are most of a busy queue's rewrites (an admission moves every job behind it: 85 % of the rows
-    the Kueue replay rewrote), so they go at most every SCHEDULER_POSITION_REFRESH_SECONDS; a new
-    code or sentence is written by the cycle that makes it, with its position. Due on a fence
-    that never wrote them and on a clock that went back."""
+def positions_held_until(now: datetime) -> datetime | None:
+    """None when the commit at `now` writes the pending jobs whose only change is their place in
+    the queue (noted on the fence, whose row lock the caller's transaction holds); otherwise when
+    they fall due, for the fence's wake_at, so that the beat writes a quiet queue's positions then.
+    Those are most of a busy queue's rewrites (an admission moves every job behind it: 85 % of
+    the rows the Kueue replay rewrote), so they go at most every SCHEDULER_POSITION_REFRESH_SECONDS;
+    a new code or sentence is written by the cycle that makes it, with its position. Due on a
+    fence that never wrote them and on a clock that went back."""
     every = _position_refresh()
     fence = SchedulerFence.objects.filter(pk=SchedulerFence.SINGLETON_ID)
     last = fence.values_list("positions_at", flat=True).first()
     if every > timedelta(0) and last is not None and last <= now < last + every:
-        return False
+        return last + every
     fence.update(positions_at=now)
-    return True
-
-
-def positions_next(now: datetime) -> datetime:
-    """When positions held back by the commit at `now` are due: the beat runs a cycle then even if
-    nothing else changed (the fence's wake_at), so that a quiet queue's positions are not left behind."""
-    last = SchedulerFence.objects.filter(pk=SchedulerFence.SINGLETON_ID).values_list("positions_at", flat=True).first()
-    return (last or now) + _position_refresh()
+    return None
 
 
 def _position_refresh() -> timedelta:

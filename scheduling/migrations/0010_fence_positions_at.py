@@ -1,5 +1,5 @@
 """When the commits last wrote every pending job's moved queue position (issue 26: positions alone
-are written at most every SCHEDULER_POSITION_REFRESH_SECONDS; scheduling.pending_reasons.positions_due)."""
+are written at most every SCHEDULER_POSITION_REFRESH_SECONDS; scheduling.pending_reasons.positions_held_until)."""
 
 from django.db import migrations, models
 

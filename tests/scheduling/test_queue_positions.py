@@ -1,5 +1,5 @@
 """A pending job's queue position alone is written at most every SCHEDULER_POSITION_REFRESH_SECONDS
-(scheduling.pending_reasons.positions_due); a new reason is written by the cycle that makes it.
+(scheduling.pending_reasons.positions_held_until); a new reason is written by the cycle that makes it.
 Held-back positions wake the beat when they fall due, so a queue that went quiet is not left
 showing old places."""
 

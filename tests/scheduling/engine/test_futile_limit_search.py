@@ -16,30 +16,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduling.engine import Job, Node, Quota, ReplicaPlacement, Snapshot, bounds, schedule
-from scheduling.engine.actions import preempt, reclaim
-from scheduling.engine.session import Session
+from tests.scheduling.engine.search_oracle import check_shortcut
 from tests.scheduling.engine.test_properties import SETTINGS, play
 
 LIMIT = 3  # candidates a search may examine, lowered from 256
 
 
 def checked_shortcut(patch: pytest.MonkeyPatch, answered: list[int]) -> None:
-    """Each answer of the shortcut checked against the full search, and kept."""
-    shortcut = preempt.futile_beyond_guarantee
-
-    def checked(session: Session, job: int, region: tuple[int, int]) -> int | None:
-        count = shortcut(session, job, region)
-        if count is not None:
-            patch.setattr(reclaim, "futile_beyond_guarantee", lambda _s, _j, _r: None)
-            try:
-                assert reclaim.search_victims(session, job) == (False, count)
-            finally:
-                patch.setattr(reclaim, "futile_beyond_guarantee", checked)
-            answered.append(count)
-        return count
-
+    """Each answer of the shortcut checked against the full search, and kept, under the lowered limit."""
     patch.setattr(bounds, "MAX_CANDIDATES_PER_SEARCH", LIMIT)
-    patch.setattr(reclaim, "futile_beyond_guarantee", checked)
+    check_shortcut(patch, "futile_beyond_guarantee", answered)
 
 
 @pytest.fixture

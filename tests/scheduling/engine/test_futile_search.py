@@ -14,8 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduling.engine import Job, Node, Quota, ReplicaPlacement, Snapshot, schedule
-from scheduling.engine.actions import preempt, reclaim
-from scheduling.engine.session import Session
+from tests.scheduling.engine.search_oracle import check_shortcut
 from tests.scheduling.engine.test_properties import SETTINGS, play, pools, snapshots
 
 ANSWERED: list[int] = []
@@ -24,22 +23,8 @@ ANSWERED: list[int] = []
 @pytest.fixture
 def oracle(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """Each answer of the shortcut checked against the full search, and kept."""
-    shortcut = preempt.futile_own_search
     answered: list[int] = []
-
-    def checked(session: Session, job: int) -> int | None:
-        count = shortcut(session, job)
-        if count is not None:
-            monkeypatch.setattr(reclaim, "futile_own_search", lambda _s, _j: None)
-            try:
-                found, examined = reclaim.search_victims(session, job)
-            finally:
-                monkeypatch.setattr(reclaim, "futile_own_search", checked)
-            assert (found, examined) == (False, count)
-            answered.append(count)
-        return count
-
-    monkeypatch.setattr(reclaim, "futile_own_search", checked)
+    check_shortcut(monkeypatch, "futile_own_search", answered)
     yield answered
 
 
@@ -103,20 +88,7 @@ def borrowers_outranked(draw: st.DrawFn) -> tuple[Snapshot, tuple[Job, ...]]:
 
 def agrees_with_the_search(case: tuple[Snapshot, tuple[Job, ...]]) -> None:
     with pytest.MonkeyPatch.context() as patch:
-        shortcut = preempt.futile_own_search
-
-        def checked(session: Session, job: int) -> int | None:
-            count = shortcut(session, job)
-            if count is not None:
-                patch.setattr(reclaim, "futile_own_search", lambda _s, _j: None)
-                try:
-                    assert reclaim.search_victims(session, job) == (False, count)
-                finally:
-                    patch.setattr(reclaim, "futile_own_search", checked)
-                ANSWERED.append(count)
-            return count
-
-        patch.setattr(reclaim, "futile_own_search", checked)
+        check_shortcut(patch, "futile_own_search", ANSWERED)
         play(*case)
 
 
