@@ -53,6 +53,10 @@ _GUARDED = (
     "SELECT v.id, v.rev, v.code, v.message, v.pos FROM {source} "
     "JOIN scheduling_job j ON j.id = v.id AND j.state = 'pending' AND j.revision = v.rev"
 )
+# The job's own position column, as it was when this was measured: migration 0011 dropped it (the
+# position lives with the reason in its own table), so the job-table variants add it back on their
+# copy (catalog only: no row is rewritten, every row reads NULL as before).
+_JOB_POSITION = "ALTER TABLE scheduling_job ADD COLUMN IF NOT EXISTS position integer NULL"
 _MERGE = (
     f"{_GUARDED} ON CONFLICT (job_id) DO UPDATE SET revision = excluded.revision, code = excluded.code, "
     "message = excluded.message, position = excluded.position RETURNING o.job_id"
@@ -164,8 +168,8 @@ def _copy_plain_if_empty(connection: psycopg.Connection[Any], rows: Sequence[Rea
 
 # name: (table to create first, or None; the write)
 VARIANTS: dict[str, tuple[str | None, Callable[[psycopg.Connection[Any], Sequence[Reason]], int]]] = {
-    "job table (today): UPDATE … FROM json_to_recordset": (None, _job_table),
-    "job table, code + position only (sentence kept elsewhere)": (None, lambda c, r: _job_table(c, _short(r))),
+    "job table (today): UPDATE … FROM json_to_recordset": (_JOB_POSITION, _job_table),
+    "job table, code + position only (sentence kept elsewhere)": (_JOB_POSITION, lambda c, r: _job_table(c, _short(r))),
     "narrow table with FK: INSERT … FROM unnest … ON CONFLICT": (
         _NARROW.format(fk=" REFERENCES scheduling_job (id) DEFERRABLE INITIALLY DEFERRED"),
         _unnest,

@@ -236,7 +236,6 @@ class _CommitRows:
                 ("started_at", "NULL", ()),
                 ("evicted_at", "NULL", ()),
                 ("release_at", "NULL", ()),
-                ("position", "NULL", ()),
             ),
         )
         expected = len(self.releasing_rows) + len(self.released_rows)
@@ -262,7 +261,6 @@ class _CommitRows:
                 ("started_at", "%s", (self.now,)),
                 ("reason_code", "''", ()),
                 ("reason_message", "''", ()),
-                ("position", "NULL", ()),
                 ("beneficiary_id", "NULL", ()),
                 ("evicted_at", "NULL", ()),
                 ("release_at", "NULL", ()),

@@ -48,7 +48,6 @@ def released_values(*, requeue: bool, now: datetime, message: str = "") -> dict[
         "started_at": None,
         "evicted_at": None,
         "release_at": None,
-        "position": None,
         "finished_at": None if requeue else now,
         "reason_code": "" if requeue else PREEMPTED,
         "reason_message": ""
@@ -193,7 +192,6 @@ FINAL_VALUES: dict[str, Any] = {
     "release_at": None,
     "evicted_at": None,
     "beneficiary_id": None,
-    "position": None,
     "reason_code": "",
 }
 

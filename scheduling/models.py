@@ -80,7 +80,6 @@ class Job(models.Model):
     preemptions = models.PositiveIntegerField(default=0)
     reason_code = models.CharField(max_length=50, blank=True, default="")
     reason_message = models.TextField(blank=True, default="")
-    position = models.PositiveIntegerField(null=True, blank=True)
     submitted_at = models.DateTimeField(db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -130,9 +129,10 @@ class Job(models.Model):
     @property
     def shown_reason(self) -> tuple[str, str, int | None]:
         """(code, message, position) as the job shows them: while pending, its PendingReason at
-        its revision (the engine's); else, or without one, its own columns. Read jobs with
-        `select_related("pending_reason")` (one join, no query per job)."""
-        shown: tuple[str, str, int | None] = (self.reason_code, self.reason_message, self.position)
+        its revision (the engine's); else, or without one, its own columns and no position (only
+        the engine's reasons have one). Read jobs with `select_related("pending_reason")` (one
+        join, no query per job)."""
+        shown: tuple[str, str, int | None] = (self.reason_code, self.reason_message, None)
         if self.state == JobState.PENDING:
             try:
                 reason = self.pending_reason

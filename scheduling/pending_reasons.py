@@ -3,7 +3,8 @@ write, and the reason a reader shows.
 
 A job's reason as shown: while it is pending and its PendingReason row is at the job's revision,
 that row (the engine's last word, even an empty one); otherwise the job's own columns (cancelling,
-preempted, a final message). `with_shown_reason` puts that into any query of jobs as
+preempted, a final message) and no position: only the engine's reasons have one, and the job has
+no column for it (migration 0011 dropped it). `with_shown_reason` puts that into any query of jobs as
 `shown_reason_code`, `shown_reason_message`, `shown_reason_position` (one join, no query per job);
 a Job read with `select_related("pending_reason")` has the same as `job.shown_reason`.
 """
@@ -36,7 +37,7 @@ def with_shown_reason(jobs: QuerySet[Job]) -> QuerySet[Any]:
     return jobs.annotate(
         shown_reason_code=Case(When(current, then=F("pending_reason__code")), default=F("reason_code")),
         shown_reason_message=Case(When(current, then=F("pending_reason__message")), default=F("reason_message")),
-        shown_reason_position=Case(When(current, then=F("pending_reason__position")), default=F("position")),
+        shown_reason_position=Case(When(current, then=F("pending_reason__position"))),  # else NULL
     )
 
 

@@ -172,7 +172,6 @@ def job_page_list(*, queryset: QuerySet[Job]) -> QuerySet[Job]:
         "allocated_gpus",
         "reason_code",
         "reason_message",
-        "position",
         "revision",
         "pending_reason__revision",
         "pending_reason__code",

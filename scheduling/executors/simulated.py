@@ -193,7 +193,6 @@ class SimulatedExecutor:
                 "release_at": None,
                 "evicted_at": None,
                 "beneficiary": None,
-                "position": None,
                 "reason_code": "",
                 "reason_message": key[1],
             }

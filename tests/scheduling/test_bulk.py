@@ -50,7 +50,7 @@ def test_update_as_seen_changes_only_the_rows_still_at_the_seen_state_and_revisi
     changed = bulk.update_as_seen(
         Job,
         state=JobState.PENDING,
-        columns=("reason_code", "position", "release_at"),
+        columns=("reason_code", "preemptions", "release_at"),
         rows=[
             (seen.pk, seen.revision, "no_fit", 3, release_at),
             (moved_on.pk, moved_on.revision, "no_fit", 4, release_at),
@@ -59,10 +59,10 @@ def test_update_as_seen_changes_only_the_rows_still_at_the_seen_state_and_revisi
     )
     assert changed == 1
     fresh = Job.objects.get(pk=seen.pk)
-    assert (fresh.reason_code, fresh.position, fresh.release_at, fresh.evicted_at) == ("no_fit", 3, release_at, AT)
+    assert (fresh.reason_code, fresh.preemptions, fresh.release_at, fresh.evicted_at) == ("no_fit", 3, release_at, AT)
     assert fresh.revision == seen.revision + 1
     untouched = Job.objects.get(pk=moved_on.pk)
-    assert (untouched.reason_code, untouched.position, untouched.revision) == ("", None, moved_on.revision + 1)
+    assert (untouched.reason_code, untouched.preemptions, untouched.revision) == ("", 0, moved_on.revision + 1)
 
 
 def test_a_column_left_out_gets_its_field_default(cluster: Cluster) -> None:
@@ -75,4 +75,4 @@ def test_a_column_left_out_gets_its_field_default(cluster: Cluster) -> None:
 def test_nothing_to_write_runs_no_statement(cluster: Cluster, django_assert_num_queries: object) -> None:
     with django_assert_num_queries(0):  # type: ignore[operator]
         bulk.insert(JobEvent, ("job_id", "kind", "at"), [])
-        assert bulk.update_as_seen(Job, state=JobState.PENDING, columns=("position",), rows=[]) == 0
+        assert bulk.update_as_seen(Job, state=JobState.PENDING, columns=("preemptions",), rows=[]) == 0
