@@ -64,6 +64,7 @@
       if (figure.live) { follow(element, figure.live); }
       if (element.dataset.drillUrl) { drillOnClick(element); }
       element.dataset.ready = "true";
+      element.dispatchEvent(new CustomEvent("chart:ready", { bubbles: true }));
     }).catch(function (error) {
       element.dataset.drawn = "false";
       element.textContent = "The chart could not be drawn: " + error.message;
@@ -331,6 +332,8 @@
   }
 
   document.addEventListener("DOMContentLoaded", function () { drawWithin(document.body); });
+  // A figure shown later (the Job page's, on its first GPU sample: job_gpus.js) asks to be drawn.
+  document.addEventListener("chart:draw", function (event) { drawWithin(event.target); });
   // htmx:load fires for every element htmx adds (a tab's body); afterSwap covers swaps into a target.
   document.addEventListener("htmx:load", function (event) { drawWithin(event.detail.elt); });
   document.addEventListener("htmx:afterSwap", function (event) { drawWithin(event.detail.target); });

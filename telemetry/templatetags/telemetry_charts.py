@@ -30,5 +30,7 @@ def job_gpu_chart(job: Job) -> dict[str, Any]:
         "json_id": f"job-gpus-{job.pk}",
         "figure": charts.job_gpu_figure(series),
         "has_samples": bool(series),
-        "level": _LEVEL_WORDS[Resolution(level)],
+        "sampled_note": f"Per GPU since the job was submitted (at most 24 h; {_LEVEL_WORDS[Resolution(level)]}), "
+        "then live. Solid lines: utilisation; dotted: memory. Times are UTC.",
+        "started_note": "No GPU readings yet: the chart appears when the job's GPUs first report.",
     }

@@ -15,6 +15,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from scheduling import services as job_services
 from telemetry import services
 from telemetry.models import GpuSample, Resolution
 
@@ -78,9 +79,55 @@ def test_a_long_job_uses_minutes_then_the_recent_samples(cluster: dict[str, Any]
     assert len(telemetry_queries) == 2
 
 
-def test_job_page_without_samples(cluster: dict[str, Any]) -> None:
-    html = client_of(cluster["dave"]).get(f"/jobs/{cluster['train'].pk}/").content.decode()
-    assert "No sample yet" in html and 'data-testid="job-gpu-chart"' in html
+def chart_tag(html: str) -> str:
+    found = re.search(r'<figure [^>]*data-testid="job-gpu-chart"[^>]*>', html)
+    assert found, "the chart's figure"
+    return found.group(0)
+
+
+def test_a_running_job_without_samples_says_so_and_keeps_its_chart_hidden_for_the_first(
+    cluster: dict[str, Any],
+) -> None:
+    """No empty chart (its time axis read "Jan 2000 … Nov 2000"): a sentence, and the figure hidden
+    until job_gpus.js hears the first sample (data-chart-later; charts.js draws only data-chart)."""
+    train = cluster["train"]
+    html = client_of(cluster["dave"]).get(f"/jobs/{train.pk}/").content.decode()
+    assert "No GPU readings yet: the chart appears when the job&#x27;s GPUs first report." in html
+    figure = chart_tag(html)
+    assert " hidden " in figure and f'data-chart-later="job-gpus-{train.pk}"' in figure and "data-chart=" not in figure
+    assert f'data-live-topics="job:{train.pk}"' in figure  # the page still hears the job's samples
+    assert figure_of(html, train.pk)["gpus"] == []
+    services.record_simulated_samples()
+    html = client_of(cluster["dave"]).get(f"/jobs/{train.pk}/").content.decode()
+    assert "No GPU readings yet" not in html and "Per GPU since the job was submitted" in html
+    figure = chart_tag(html)
+    assert " hidden " not in figure and f'data-chart="job-gpus-{train.pk}"' in figure
+
+
+def test_a_pending_job_says_it_has_not_started(cluster: dict[str, Any]) -> None:
+    waiting = job_services.submit_job(
+        actor=cluster["dave"],
+        workspace=cluster["lab"],
+        quota=cluster["train"].quota,
+        name="big",
+        kind="training",
+        gpus=8,
+        replicas=2,
+    )
+    job_services.converge()
+    waiting.refresh_from_db()
+    assert waiting.state == "pending"
+    html = client_of(cluster["dave"]).get(f"/jobs/{waiting.pk}/").content.decode()
+    assert "No GPU readings yet: the job has not started." in html
+    assert " hidden " in chart_tag(html)
+
+
+def test_an_ended_job_without_samples_has_no_chart(cluster: dict[str, Any]) -> None:
+    train = cluster["train"]
+    job_services.cancel_job(actor=cluster["dave"], job=train)
+    html = client_of(cluster["dave"]).get(f"/jobs/{train.pk}/").content.decode()
+    assert "No utilisation was recorded for this job in the last 24 hours." in html
+    assert 'data-testid="job-gpu-chart"' not in html
 
 
 def test_nodes_page_shows_each_gpus_utilisation(cluster: dict[str, Any], platform_admin: AbstractUser) -> None:

@@ -19,6 +19,7 @@ from playwright.sync_api import Page, expect
 
 from quotas import services as quota_services
 from quotas.models import Node
+from scheduling import services as job_services
 from scheduling.models import Job
 from telemetry import services
 from telemetry.services import GpuReading
@@ -135,6 +136,78 @@ def test_job_page_chart_has_a_trace_per_gpu_and_grows_live(
     assert lengths == [3] * 48
     last = page.eval_on_selector("[data-testid=job-gpu-chart]", "e => e.data[0].y[e.data[0].y.length - 1]")
     assert 85 <= last <= 95
+
+
+UINITS_SHOTS = Path(os.environ.get("JOB_PAGE_SHOTS", "/tmp/uinits-shots"))
+
+
+def test_a_pending_job_says_it_has_no_readings_and_its_chart_comes_with_the_first_sample(
+    asgi_server: str,  # noqa: F811
+    pai_world: dict[str, AbstractUser],  # noqa: F811
+    browser_page: Page,
+    settings: Any,
+) -> None:
+    """No empty chart for a job without samples (its time axis read "Jan 2000 … Nov 2000" above a
+    tall blank area): a sentence. The page, left open, follows the job: the sentence changes when
+    it starts, and its first GPU samples bring the chart, drawn and growing, without a reload."""
+    settings.SCHEDULER_PUBLISH_EVENTS = True
+    page = browser_page
+    running = Job.objects.get(name="train-b")
+    job_services.submit_job(
+        actor=pai_world["developer"],
+        workspace=running.workspace,
+        quota=running.quota,
+        name="sweep",
+        kind="training",
+        gpus=8,
+        replicas=2,
+    )
+    job_services.converge()
+    waiting = Job.objects.get(name="sweep")
+    assert waiting.state == "pending"
+    sign_in_as(page, asgi_server, "dave")
+    page.goto(f"{asgi_server}/jobs/{waiting.pk}/")
+    gpus = page.get_by_role("region", name="GPU utilisation and memory")
+    expect(gpus.get_by_text("No GPU readings yet: the job has not started.")).to_be_visible()
+    chart = page.get_by_test_id("job-gpu-chart")
+    expect(chart).to_be_hidden()
+    assert "2000" not in gpus.inner_text()
+    assert gpus.bounding_box()["height"] < 160  # type: ignore[index]  # no tall blank area
+    expect(page.get_by_test_id("live-status")).to_have_text("Live")
+    check_accessibility(page)
+    UINITS_SHOTS.mkdir(parents=True, exist_ok=True)
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.screenshot(path=str(UINITS_SHOTS / f"job-pending-{width}.png"), full_page=True)
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+    page.set_viewport_size({"width": 1280, "height": 900})
+
+    def make_room() -> None:
+        job_services.cancel_job(actor=None, job=running)
+        job_services.converge()
+
+    in_a_thread(make_room)
+    expect(page.get_by_test_id("job-state")).to_have_text("Running", timeout=10_000)
+    expect(gpus.get_by_text("No GPU readings yet: the chart appears when the job's GPUs first report.")).to_be_visible()
+    expect(chart).to_be_hidden()
+
+    in_a_thread(services.record_simulated_samples)
+    expect(chart).to_be_visible(timeout=10_000)
+    expect(chart).to_have_attribute("data-ready", "true", timeout=20_000)
+    expect(chart).to_have_attribute("data-extended", "1", timeout=10_000)
+    expect(gpus.get_by_text("Per GPU since the job was submitted")).to_be_visible()
+    traces = page.eval_on_selector("[data-testid=job-gpu-chart]", "e => e.data.map(t => [t.name, t.x.length])")
+    assert len(traces) == 32 and all(length == 1 for _name, length in traces)  # 16 GPUs: utilisation, memory
+    first_tick = page.eval_on_selector("[data-testid=job-gpu-chart]", "e => String(e.layout.xaxis.range[0])")
+    assert first_tick.startswith(str(waiting.submitted_at.year)), first_tick  # not 2000: the samples' time
+    in_a_thread(services.record_simulated_samples)
+    expect(chart).to_have_attribute("data-extended", "2", timeout=10_000)
+    check_accessibility(page)
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        # plotly.js follows the window's width (responsive), after its own short delay.
+        page.wait_for_function("w => document.documentElement.scrollWidth <= w", arg=width, timeout=5_000)
+        page.screenshot(path=str(UINITS_SHOTS / f"job-started-{width}.png"), full_page=True)
 
 
 def test_gpu_samples_do_not_refresh_the_job_pages_polled_block(
