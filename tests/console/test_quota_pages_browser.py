@@ -13,6 +13,8 @@ from playwright.sync_api import Page, expect
 from pytest_django.live_server_helper import LiveServer
 
 from quotas.models import Quota
+from scheduling import services as job_services
+from scheduling.models import Job
 from tests.console.conftest import check_accessibility, quota_id
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -188,3 +190,54 @@ def test_quota_page_tabs_and_screenshots(
             page.screenshot(path=str(SHOTS / f"scale-preview-{width}-{scheme}.png"))
             page.goto(f"{live_server.url}/quotas/{quota_id('Quota1.1')}/")
             page.screenshot(path=str(SHOTS / f"quota-{width}-{scheme}.png"), full_page=True)
+
+
+def test_quota_jobs_tab_keeps_job_names_on_one_line_and_scrolls_inside_its_box(
+    live_server: LiveServer, pai_world: dict[str, AbstractUser], browser_page: Page, sign_in: SignIn
+) -> None:
+    """At 1280 px the long "Why it waits" sentences squeezed the Job column until short names
+    broke at their hyphen ("sweep-" over "b"); at 390 px the table scrolls inside its own box,
+    not the page. Screenshots in /tmp/uinits-shots/ (QUOTA_JOBS_SHOTS)."""
+    shots = Path(os.environ.get("QUOTA_JOBS_SHOTS", "/tmp/uinits-shots"))
+    developer = pai_world["developer"]
+    running = Job.objects.get(name="train-b")
+    for name in ("sweep-a", "sweep-b", "sweep-lr-0.001"):
+        job_services.submit_job(
+            actor=developer,
+            workspace=running.workspace,
+            quota=running.quota,
+            name=name,
+            kind="training",
+            gpus=8,
+            replicas=2,
+        )
+    job_services.converge()
+    assert set(Job.objects.filter(state="pending").values_list("name", flat=True)) == {
+        "sweep-a",
+        "sweep-b",
+        "sweep-lr-0.001",
+    }
+    page = browser_page
+    sign_in(page, "dave")
+    shots.mkdir(parents=True, exist_ok=True)
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{live_server.url}/quotas/{quota_id('Quota1.1')}/?tab=jobs")
+        table = page.get_by_role("table", name="Live jobs of Quota1.1")
+        expect(table.get_by_role("link", name="sweep-b", exact=True)).to_be_visible()
+        for name in ("train-b", "sweep-a", "sweep-b", "sweep-lr-0.001"):
+            link = table.get_by_role("link", name=name, exact=True)
+            lines = link.evaluate("e => e.getClientRects().length")
+            assert lines == 1, f"{name} wraps onto {lines} lines at {width} px"
+        reason = table.get_by_role("row", name="sweep-b").get_by_role("cell").last
+        expect(reason).to_contain_text("#2 in Quota1.1")
+        page_width = page.evaluate("document.documentElement.scrollWidth")
+        assert page_width <= width, f"the page scrolls sideways at {width} px ({page_width} px wide)"
+        box = page.get_by_role("region", name="Jobs table")
+        scrolls = box.evaluate("e => e.scrollWidth > e.clientWidth")
+        assert scrolls == (width == 390), f"the table's box scrolls: {scrolls} at {width} px"
+        check_accessibility(page)
+        page.screenshot(path=str(shots / f"quota-jobs-{width}.png"), full_page=True)
+    box.focus()  # a box that scrolls is reachable from the keyboard, and scrolls with it
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("e => e.scrollLeft > 0", arg=box.element_handle())
