@@ -313,11 +313,12 @@ def job_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
     job: Job = get_object_or_404(restrict(selectors.job_list(), request.user, "view"), pk=pk)
     mentions.show_reasons_to(request.user, [job])
     context = {"job": job, "may_cancel": job.is_active and can(request.user, "manage", job)}
+    context["events"] = mentions.job_history(request.user, job)
     if request.GET.get("part") == "live":
-        # The 2-second poll: only the state, reason and placement block.
-        return render(request, "scheduling/partials/job_live.html", context)
+        # The block read again (every 2 s, or on a live change): state, reason and placement, and
+        # the History out of band, which moves with them (an admission, an eviction).
+        return render(request, "scheduling/partials/job_live.html", {**context, "history_out_of_band": True})
     context.update(
-        events=mentions.job_history(request.user, job),
         may_submit_again=submittable_workspaces(request.user).filter(pk=job.workspace_id).exists(),
     )
     return render(request, "scheduling/job_detail.html", context)

@@ -1,15 +1,18 @@
 """Live updates in headless Chromium (issue 12): the job page's state changes without a reload
-when the job is cancelled through the API, and the badge says "Live".
+when the job is cancelled through the API, and the badge says "Live"; a waiting job's History
+follows its start.
 
 pytest-django's live_server speaks WSGI only, so this serves the real ASGI application (HTTP
 with static files, and /ws/live/ over the Redis channel layer) with uvicorn in a thread."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,9 +26,12 @@ from playwright.sync_api import Page, expect
 from rest_framework.test import APIClient
 
 from console.asgi import application
-from scheduling.models import Job
+from quotas.models import Quota
+from scheduling import services as job_services
+from scheduling.models import Job, JobEvent
 from tests.conftest import PASSWORD
 from tests.console.conftest import check_accessibility
+from workspaces.models import Workspace
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
@@ -178,3 +184,52 @@ def test_reconnect_reads_the_state_missed_while_the_server_was_down(
     expect(state).to_have_text("Cancelled", timeout=5000)
     expect(state).to_have_class("badge cancelled")
     assert page.evaluate("() => window.__notReloaded === true"), "the page was reloaded"
+
+
+def test_job_page_history_shows_the_start_without_a_reload(
+    asgi_server: str, pai_world: dict[str, AbstractUser], browser_page: Page, settings: Any
+) -> None:
+    """A job waits, its page is open; another job is cancelled and it starts: the state and the
+    History (its events) follow without a reload. The History comes with the live block's answer,
+    out of band (docs/live.md); with it taken out, History stayed at "Submitted"."""
+    settings.SCHEDULER_PUBLISH_EVENTS = True
+    quota, workspace = Quota.objects.get(name="Quota1.1"), Workspace.objects.get(name="workspace-b")
+    waiting = job_services.submit_job(
+        actor=pai_world["developer"],
+        workspace=workspace,
+        quota=quota,
+        name="wait-b",
+        kind="training",
+        gpus=8,
+        replicas=2,
+    )
+    job_services.converge()
+    assert Job.objects.get(pk=waiting.pk).state == "pending"  # 16 asked, 8 free
+
+    page = browser_page
+    sign_in_as(page, asgi_server, "dave")
+    page.goto(f"{asgi_server}/jobs/{waiting.pk}/")
+    expect(page.get_by_test_id("live-status")).to_have_text("Live")
+    state = page.get_by_test_id("job-state")
+    expect(state).to_have_text("Pending")
+    history = page.get_by_role("table", name="History")
+    expect(history.get_by_test_id("job-event")).to_have_count(1)
+    expect(history.get_by_role("cell", name="Submitted", exact=True)).to_be_visible()
+    page.evaluate("() => { window.__notReloaded = true; }")
+
+    cancel_through_the_api(pai_world["developer"], Job.objects.get(name="train-b"))  # frees 24 GPUs
+
+    expect(state).to_have_text("Running", timeout=5000)
+    expect(history.get_by_role("cell", name="Admitted", exact=True)).to_be_visible(timeout=5000)
+    kinds = history.get_by_test_id("job-event").locator("td:nth-child(2)").all_inner_texts()
+    recorded = [event.get_kind_display() for event in JobEvent.objects.filter(job=waiting).order_by("at", "id")]
+    assert kinds == recorded and kinds[0] == "Submitted" and "Admitted" in kinds
+    assert page.evaluate("() => window.__notReloaded === true"), "the page was reloaded"
+    check_accessibility(page)
+    shots = Path(os.environ.get("TABS_SHOTS", "/tmp/uilive-shots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.wait_for_timeout(300)
+        page.screenshot(path=str(shots / f"job-history-started-{width}.png"), full_page=True)
+        assert page.evaluate("document.documentElement.scrollWidth") <= width

@@ -294,6 +294,28 @@ def test_the_job_page_polls_its_live_block_until_the_job_ends(world: dict[str, A
     assert "hx-trigger" not in client.get(f"/jobs/{job.pk}/?part=live").content.decode()
 
 
+def test_the_live_block_brings_the_history_out_of_band_to_those_who_may_see_the_job(
+    world: dict[str, AbstractUser],
+) -> None:
+    """The block read again on a live change carries the History too (docs/live.md), so an event
+    shows without a reload; it is the page's own History, under the page's own 404."""
+    job = Job.objects.get(name="train-b")
+    client = client_as("dave")
+    live = client.get(f"/jobs/{job.pk}/?part=live").content.decode()
+    assert live.count('id="job-history"') == 1 and 'id="job-history" hx-swap-oob="true"' in live
+    assert re.findall(r'<tr data-testid="job-event"><td class="when">[^<]*</td><td>([^<]*)</td>', live)[:1] == [
+        "Submitted"
+    ]
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert page.count('id="job-history"') == 1 and "hx-swap-oob" not in page  # in place on the page
+    assert "The job's events" not in page + live  # the template's comment stays a comment
+    job_services.cancel_job(actor=None, job=job)
+    ended = client.get(f"/jobs/{job.pk}/?part=live").content.decode()
+    assert "<td>Cancelled</td>" in ended and "hx-trigger" not in ended
+    for outsider in ("erin", "olga"):  # a foreign workspace's job, or none at all: a 404 either way
+        assert client_as(outsider).get(f"/jobs/{job.pk}/?part=live").status_code == 404
+
+
 def test_a_waiting_job_shows_its_reason_and_queue_position(world: dict[str, AbstractUser]) -> None:
     job = Job.objects.get(name="huge-b")
     page = client_as("dave").get(f"/jobs/{job.pk}/").content.decode()
