@@ -126,3 +126,39 @@ def test_the_workspace_tabs_and_the_quota_list_switch_all_show_at_390_px(
     page.goto(f"{live_server.url}/quotas/")
     assert_every_tab_shows(page, "Resource Quotas views", ["List", "Overview"])
     check_accessibility(page)
+
+
+# Each member row's height, and its role control's right edge against its cell's.
+MEMBER_ROWS = """table => [...table.querySelectorAll("tbody tr")].map(row => {
+  const control = row.querySelector("form.inline"), cell = control.closest("td");
+  return {member: row.dataset.member, height: row.getBoundingClientRect().height,
+          controlRight: control.getBoundingClientRect().right, cellRight: cell.getBoundingClientRect().right,
+          controlTop: control.querySelector("select").getBoundingClientRect().top,
+          buttonTop: control.querySelector("button").getBoundingClientRect().top};
+})"""
+
+
+def test_the_members_table_keeps_its_rows_readable_at_390_px(
+    live_server: LiveServer,
+    pai_world: dict[str, AbstractUser],
+    browser_page: Page,
+    sign_in: Callable[[Page, str], None],
+) -> None:
+    """A role's select and its Change role button share a line inside their cell, and the last
+    admin's refusal beside Remove does not stand a word a line: squeezed into 390 px, wanda's row
+    stood about 200 px tall and her select ran past its cell."""
+    page = browser_page
+    sign_in(page, "wanda")
+    workspace = Workspace.objects.get(name="workspace-b")
+    page.set_viewport_size({"width": PHONE, "height": 800})
+    page.goto(f"{live_server.url}/workspaces/{workspace.pk}/")
+    expect(page.get_by_test_id("member-refusal")).to_be_visible()
+    rows = page.get_by_role("region", name="Members table").locator("table").evaluate(MEMBER_ROWS)
+    assert {row["member"] for row in rows} >= {"dave", "wanda"}
+    for row in rows:
+        assert row["controlRight"] <= row["cellRight"] + 1, f"the role control runs past its cell: {row}"
+        assert abs(row["controlTop"] - row["buttonTop"]) < 12, f"select and button on two lines: {row}"
+        assert row["height"] < 160, f"a member row too tall at {PHONE} px: {row}"
+    assert_fits(page, PHONE)
+    check_accessibility(page)
+    shoot(page, "workspace-members-table")
