@@ -478,6 +478,7 @@ def drain(
     fillers_started: Callable[[list[int]], bool],
     part: str,
     cluster: SlurmCluster | None = None,
+    agents_cpu: Callable[[], float] | None = None,
 ) -> Figure:
     from scheduling.job_endings import cancel_job
     from scheduling.models import FINAL_STATES, Job
@@ -488,13 +489,22 @@ def drain(
     started = time.monotonic()
     queued = submit(world, "drain", args.jobs, 1, "true")
     say(f"({part}) {args.jobs} jobs submitted in {time.monotonic() - started:.0f} s")
+    idle_from = (time.monotonic(), agents_cpu()) if agents_cpu else None
     time.sleep(args.settle)  # a few cycles find no room: the queue is steady before the clock starts
+    if idle_from is not None and agents_cpu is not None:
+        # Steady beats only (fillers running, nothing placeable): the agents' cost of beating.
+        spent, over = agents_cpu() - idle_from[1], time.monotonic() - idle_from[0]
+        say(
+            f"({part}) agents' CPU while idle: {spent / over / args.nodes * 1000:.2f} ms a second per agent "
+            f"({spent / over / args.nodes * args.heartbeat * 1000:.1f} ms per {args.heartbeat:g} s heartbeat)"
+        )
     pending = states(queued)
     say(f"({part}) before the cancel: {pending}")
     if cluster is not None:
         cluster.command("sdiag", "-r", check=False)
     began = time.monotonic()
     began_wall = time.time()
+    cpu_before = agents_cpu() if agents_cpu else 0.0
     for job in Job.objects.filter(pk__in=fillers):
         cancel_job(actor=world[0], job=job)
     last = [0.0]
@@ -509,6 +519,12 @@ def drain(
 
     until(done, args.limit)
     seconds = time.monotonic() - began
+    if agents_cpu is not None:
+        spent = agents_cpu() - cpu_before
+        say(
+            f"({part}) agents' CPU over the drain (theirs and their reaped children's): {spent:.1f} s, "
+            f"{spent / max(1, len(queued)) * 1000:.2f} ms a job"
+        )
     counts = states(queued)
     ended = sum(counts.get(str(state), 0) for state in FINAL_STATES)
     why = Job.objects.filter(pk__in=queued, state="failed").values_list("reason_message", flat=True)
@@ -634,7 +650,10 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
                 what="agents registered",
             )
             rss = sum(_rss(process.pid) for process in processes)
-            say(f"(c) {args.nodes} agents registered, {rss / 2**30:.2f} GiB resident together")
+            say(
+                f"(c) {args.nodes} agents registered, {rss / 2**30:.2f} GiB resident together, "
+                f"{rss / args.nodes / 2**20:.1f} MiB an agent"
+            )
             say(f"(c) node states: {node_states()}")
             world = console_world(pool.name, args.nodes)
 
@@ -643,8 +662,13 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
                     len(list((agents_dir / name / "replicas").glob("*.json"))) for name in node_names(args.nodes)
                 ) >= len(ids)
 
+            def agents_cpu() -> float:
+                return sum(_cpu_seconds(process.pid) for process in processes)
+
             try:
-                figure = drain(world, args, fillers_started, "c")
+                figure = drain(world, args, fillers_started, "c", agents_cpu=agents_cpu)
+                rss = sum(_rss(process.pid) for process in processes)
+                say(f"(c) after the drain: {rss / 2**30:.2f} GiB resident, {rss / args.nodes / 2**20:.1f} MiB an agent")
                 agent_timeline(agents_dir, args.nodes)
                 return figure
             except AssertionError:
@@ -735,6 +759,16 @@ def node_states() -> dict[str, int]:
     from quotas.models import Node
 
     return {str(state): int(count) for state, count in Node.objects.values_list("state").annotate(Count("id"))}
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The process's CPU (user and system) with that of its children it has reaped: an agent's own
+    work and its job wrappers' (each wrapper reaps the job's processes before the agent reaps it)."""
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return 0.0
+    return float(times.user + times.system + times.children_user + times.children_system)
 
 
 def _rss(pid: int) -> int:

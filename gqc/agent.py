@@ -2,10 +2,11 @@
 
 This module is its command, `python -m gqc.agent` (`manage.py agent` in a checkout is the same
 program). The agent itself, and what it keeps in its state directory, is gqc/node_agent.py; the
-GPUs it reads, gqc/gpus.py. Both are plain modules on purpose: the agent needs no database, no
-Redis and no Django, only HTTP(S) to the console (httpx) and, on a real host, NVML
-(nvidia-ml-py), so it installs with the gqc client (`pip install .`) on a GPU host that has no
-checkout. The names the launcher, the checks and the tests use are imported here too.
+GPUs it reads, gqc/gpus.py; its HTTP(S) to the console, gqc/console_link.py (the standard
+library's, httpx behind a proxy). All are plain modules on purpose: the agent needs no database,
+no Redis and no Django, only HTTP(S) to the console and, on a real host, NVML (nvidia-ml-py), so
+it installs with the gqc client (`pip install .`) on a GPU host that has no checkout. The names
+the launcher, the checks and the tests use are imported here too.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = build_parser().parse_args(argv)
     logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"), format="%(asctime)s agent %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per beat drowns what matters
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # behind a proxy: one line per beat drowns what matters
     token = arguments.token_file.read_text().strip()
     state_dir = arguments.state_dir or Path.home() / ".local" / "state" / "gqc-agent" / arguments.node
     try:

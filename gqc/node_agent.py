@@ -29,19 +29,20 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from gqc import __version__
+from gqc.console_link import ConsoleLink, ConsoleUnreachable, HttpxLink, open_link
 from gqc.gpus import Gpus
 from gqc.pace import BEAT_JITTER as BEAT_JITTER
 from gqc.pace import EXIT_GATHER_SECONDS, IDLE_SECONDS, POLL_SECONDS
 from gqc.pace import beat_delay as beat_delay
 from gqc.replicas import LOG_LINES_PER_BEAT as LOG_LINES_PER_BEAT
 from gqc.replicas import Replica, _alive, _start_time, child_wakeups, new_log
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger("gqc.agent")  # the command's name, which log filters use
 
@@ -71,6 +72,7 @@ class Agent:
         state_dir: Path,
         client: httpx.Client | None = None,
     ) -> None:
+        """`client`: an httpx client to talk through instead of the agent's own link (tests)."""
         self.node = node
         self.gpus = gpus
         self.state_dir = state_dir
@@ -78,13 +80,12 @@ class Agent:
         self.logs_dir = state_dir / "logs"
         for folder in (self.replicas_dir, self.logs_dir):
             folder.mkdir(parents=True, exist_ok=True)
-        self.client = client or httpx.Client(
-            base_url=server.rstrip("/"), headers={"Authorization": f"Node {token}"}, timeout=10.0
-        )
+        self.link: ConsoleLink = HttpxLink(client) if client is not None else open_link(server, token)
         self.heartbeat_seconds = 2.0
         self.children: dict[int, subprocess.Popen[bytes]] = {}
         self.held: dict[int, Replica] = {}
         self.done: list[int] = self._load_done()
+        self._done_ids = set(self.done)  # `in self.done` at each start would walk 10,000 ids
         self.owner: tuple[str, int | None] = self._load_owner()
         # Processes of another console's state, told to stop: watched until gone, never reported.
         self.foreign: dict[int, Replica] = {}
@@ -110,7 +111,7 @@ class Agent:
     def _save(self, replica: Replica) -> None:
         path = self._path(replica.replica)
         temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(asdict(replica)))
+        temporary.write_text(json.dumps(vars(replica)))  # the fields in order, as asdict gives them
         os.replace(temporary, path)
 
     def _load_done(self) -> list[int]:
@@ -173,6 +174,7 @@ class Agent:
         else:
             logger.info("state directory %s belongs to console %s node %s", self.state_dir, console, node_id)
         self.done = []
+        self._done_ids = set()
         temporary = self.state_dir / "identity.tmp"
         temporary.write_text(json.dumps({"console": console, "node_id": node_id}))
         os.replace(temporary, self.state_dir / IDENTITY_FILE)
@@ -186,17 +188,25 @@ class Agent:
         self.declined.add(replica)
         logger.warning("declined the start of replica %s of job %s: %s", replica, job, why)
 
-    def _forget(self, replica: Replica) -> None:
-        """The console has recorded the exit: no more reports, and never a start again."""
-        self.held.pop(replica.replica, None)
-        self.children.pop(replica.replica, None)
-        self.done = [*self.done, replica.replica][-DONE_REMEMBERED:]
+    def _forget(self, replicas: list[Replica]) -> None:
+        """The console has recorded these exits: no more reports, and never a start again. The done
+        list is written once for all of them, before their files go (a restart in between must
+        find each either in the done list or in its file)."""
+        for replica in replicas:
+            self.held.pop(replica.replica, None)
+            self.children.pop(replica.replica, None)
+        self.done.extend(replica.replica for replica in replicas)
+        self._done_ids.update(replica.replica for replica in replicas)
+        if len(self.done) > DONE_REMEMBERED:
+            self._done_ids.difference_update(self.done[:-DONE_REMEMBERED])
+            del self.done[:-DONE_REMEMBERED]
         temporary = self.state_dir / "done.tmp"
         temporary.write_text(json.dumps(self.done))
         os.replace(temporary, self.state_dir / "done.json")
-        for path in (self._path(replica.replica), self._exit_path(replica.replica), self._log_path(replica)):
-            with contextlib.suppress(OSError):
-                path.unlink()
+        for replica in replicas:
+            for path in (self._path(replica.replica), self._exit_path(replica.replica), self._log_path(replica)):
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
     def _adopt(self) -> None:
         """After a restart: the replicas in the state directory, alive ones adopted, others exited."""
@@ -221,36 +231,41 @@ class Agent:
         waited = child.poll() if child is not None else None
         code: int
         try:
-            # The wrapper's record: sh's code, 128 + N for a command that signal N ended.
+            # The wrapper's record: sh's code, 128 + N for a command that signal N ended. It stays
+            # until the console has the exit, so a restart reads it again: no state file rewrite.
             code = int(self._exit_path(replica.replica).read_text().strip())
+            replica.exit_code = code
         except (OSError, ValueError):
             # No record: the wrapper died with the group (SIGKILL), or vanished while no agent watched.
             code = waited if waited is not None else (-signal.SIGKILL if replica.killed else EXIT_UNKNOWN)
-        replica.exit_code = code
-        self._save(replica)
+            replica.exit_code = code
+            self._save(replica)
         logger.info("replica %s of job %s exited with %s", replica.replica, replica.job, code)
 
-    def _environment(self, start: dict[str, Any]) -> dict[str, str]:
-        environment = dict(os.environ)
-        environment.update({str(k): str(v) for k, v in start.get("environment", {}).items()})
-        environment["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in start["gpus"])
+    def _environment(self, start: dict[str, Any]) -> dict[bytes, bytes]:
+        """The agent's environment, the job's over it, the devices' over both. In bytes: subprocess
+        encodes a str environment name by name at every start (a third of a start's own CPU)."""
+        fraction = float(start.get("fraction", 1.0))
+        job = {str(k): str(v) for k, v in start.get("environment", {}).items()}
+        job["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in start["gpus"])
         # The indices are NVML's, which go in PCI bus order; CUDA's own order puts the fastest
         # device first, so on a host of mixed GPUs index 1 would be another device to CUDA.
-        environment["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        fraction = float(start.get("fraction", 1.0))
+        job["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         if fraction < 1:
-            environment["GPU_QUOTA_FRACTION"] = f"{fraction:g}"
+            job["GPU_QUOTA_FRACTION"] = f"{fraction:g}"
             device = start["gpus"][0] if start["gpus"] else 0
-            environment["GPU_QUOTA_MEMORY_MIB"] = str(int(self.device_memory.get(device, 0) * fraction))
+            job["GPU_QUOTA_MEMORY_MIB"] = str(int(self.device_memory.get(device, 0) * fraction))
             if os.environ.get("CUDA_MPS_PIPE_DIRECTORY"):
-                environment["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, round(fraction * 100)))
+                job["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, round(fraction * 100)))
+        environment = dict(os.environb)
+        environment.update((os.fsencode(name), os.fsencode(value)) for name, value in job.items())
         return environment
 
     def start(self, start: dict[str, Any]) -> None:
         replica_id, job = int(start["replica"]), int(start["job"])
         if replica_id in self.held:
             return  # the same answer twice, or a start the console sent before it saw the report
-        if replica_id in self.done:
+        if replica_id in self._done_ids:
             # Reported exited and forgotten by this console's record: starting it again would run it twice.
             self._decline(replica_id, job, "it ran here and finished before (the state directory's done list)")
             return
@@ -349,9 +364,9 @@ class Agent:
     def register(self) -> dict[str, Any]:
         console, node_id = self.owner
         held = [{"replica": r.replica, "job": r.job, "pid": r.pid} for r in self.held.values()]
-        answer = self.client.post(
+        registration = self.link.post(
             "/api/v1/agent/register/",
-            json={
+            {
                 "node": self.node,
                 "version": __version__,
                 "gpus": self.gpus.devices(),
@@ -360,8 +375,6 @@ class Agent:
                 "held": held,
             },
         )
-        answer.raise_for_status()
-        registration: dict[str, Any] = answer.json()
         self.heartbeat_seconds = float(registration.get("heartbeat_seconds", self.heartbeat_seconds))
         if registration.get("mismatch"):
             logger.warning("the console cordoned %s: %s", self.node, "; ".join(registration["mismatch"]))
@@ -371,19 +384,20 @@ class Agent:
 
     def beat(self) -> dict[str, Any]:
         body, offsets = self.report()
-        answer = self.client.post("/api/v1/agent/heartbeat/", json=body)
-        answer.raise_for_status()
-        desired: dict[str, Any] = answer.json()
+        desired = self.link.post("/api/v1/agent/heartbeat/", body)
         # The console has what this beat carried: move the log offsets on, forget the exited.
+        recorded = []
         for replica_id, offset in offsets.items():
             replica = self.held.get(replica_id)
             if replica is None:
                 continue
             if replica.exit_code is not None:
-                self._forget(replica)
+                recorded.append(replica)
             elif offset != replica.log_offset:
                 replica.log_offset = offset
                 self._save(replica)
+        if recorded:
+            self._forget(recorded)
         self.heartbeat_seconds = float(desired.get("heartbeat_seconds", self.heartbeat_seconds))
         for stop in desired.get("stops", []):
             self.stop(stop)
@@ -409,7 +423,7 @@ class Agent:
                             self.register()
                             registered = True
                         self.beat()
-                    except (httpx.HTTPError, ValueError) as error:
+                    except (ConsoleUnreachable, ValueError) as error:
                         logger.warning("console unreachable or refused: %s", error)
                     except OSError as error:  # the state directory: full, or not writable
                         logger.warning("state directory %s: %s", self.state_dir, error)
