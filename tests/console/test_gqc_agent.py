@@ -3,6 +3,7 @@ bounded, a stop keeps its first deadline, and `manage.py agent` needs no databas
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -196,3 +197,23 @@ def test_the_run_loop_reports_exits_soon_and_together(tmp_path: Path) -> None:
     (asked, _first), *_middle, (reported, last) = beats
     assert reported - asked < 5.0  # not the 30 s heartbeat
     assert sorted((p["replica"], p["state"]) for p in last["processes"]) == [(1, "exited"), (2, "exited")]
+
+
+def test_a_restart_reports_the_wrappers_code_and_one_beat_forgets_all_its_exits(tmp_path: Path) -> None:
+    """The exit code lives in the wrapper's file, not in a rewrite of the state file: an agent
+    restarted before the console had the exit reports the same code. The console's answer to a
+    beat of several exits moves them all to the done list at once, and their files go."""
+    agent, _sent = _agent(tmp_path)
+    for replica, code in ((1, 3), (2, 0), (3, 7)):
+        agent.start(_start(replica, f"exit {code}"))
+    assert [_wait_exit(agent, replica) for replica in (1, 2, 3)] == [3, 0, 7]
+    assert json.loads((tmp_path / "replicas" / "1.json").read_text())["exit_code"] is None
+    restarted, _sent = _agent(tmp_path)
+    report = {p["replica"]: (p["state"], p.get("exit_code")) for p in restarted.report()[0]["processes"]}
+    assert report == {1: ("exited", 3), 2: ("exited", 0), 3: ("exited", 7)}
+    restarted.beat()
+    assert sorted(restarted.done) == [1, 2, 3] and restarted.held == {}
+    assert sorted(json.loads((tmp_path / "done.json").read_text())) == [1, 2, 3]
+    assert list((tmp_path / "replicas").iterdir()) == [] and list((tmp_path / "logs").iterdir()) == []
+    restarted.start(_start(2, "true"))  # finished here: never again
+    assert 2 not in restarted.held
