@@ -670,6 +670,11 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
                 rss = sum(_rss(process.pid) for process in processes)
                 say(f"(c) after the drain: {rss / 2**30:.2f} GiB resident, {rss / args.nodes / 2**20:.1f} MiB an agent")
                 agent_timeline(agents_dir, args.nodes)
+                unanswered = sum(
+                    (agents_dir / f"{name}.log").read_text(errors="replace").count("console unreachable or refused")
+                    for name in node_names(args.nodes)
+                )
+                say(f"(c) requests the agents gave up on (a timeout, a refusal): {unanswered}")
                 return figure
             except AssertionError:
                 say(f"(c) node states: {node_states()}")
