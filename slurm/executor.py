@@ -4,17 +4,19 @@ Each sync (at the first tick, then at most every SLURM_SYNC_SECONDS) reads the c
 bounded commands (`sinfo --json`, a plain-text `squeue --array`), then:
 
 1. keeps Slurm's nodes as console nodes (slurm.inventory);
-2. submits each replica placed on a Slurm node that has no Slurm job yet (slurm.submitting:
-   `sbatch --array`, pinned with `--nodelist` and `--gres=gpu:N`, one array per node and shape
-   of a wave): each replica is one task of an array, a Slurm job of its own (`ARRAY_TASK`), so
-   that two replicas on one node and replicas on several nodes are alike, and a replica is
-   adopted, signalled and ended by itself, as the agent does with its processes;
-3. follows the Slurm jobs it submitted: the devices Slurm bound (recorded on the placement, so the
+2. follows the Slurm jobs it submitted: the devices Slurm bound (recorded on the placement, so the
    Nodes grid shows Slurm's truth), the output (shipped to the job's log), the end (exit 0:
    succeeded; another code: failed with it; cancelled or vanished outside the console: failed with
    the reason; a node failure: back to the queue);
-4. stops what the console no longer wants: an evicted or cancelled job's Slurm jobs get SIGTERM,
-   then SIGKILL after the job's grace; its GPUs are freed only once Slurm says they ended.
+3. stops what the console no longer wants: an evicted or cancelled job's Slurm jobs get SIGTERM,
+   then SIGKILL after the job's grace; its GPUs are freed only once Slurm says they ended;
+4. submits each replica placed on a Slurm node that has no Slurm job yet (slurm.submitting:
+   `sbatch --array`, pinned with `--nodelist` and `--gres=gpu:N`, one array per node and shape
+   of a wave): each replica is one task of an array, a Slurm job of its own (`ARRAY_TASK`), so
+   that two replicas on one node and replicas on several nodes are alike, and a replica is
+   adopted, signalled and ended by itself, as the agent does with its processes. The cycle that
+   admits a job submits it at once (SlurmExecutor.on_admitted_many); the sync sends what that
+   left (a cycle's process that stopped, a Slurm that did not answer).
 
 A Slurm that does not answer is one log line and, after NODE_LOST_SECONDS, its nodes not ready
 (slurm.inventory.mark_unreachable); the tick never raises for it.
@@ -40,6 +42,7 @@ from quotas.models import NodeExecutor
 from quotas.node_agents import installation_identity
 from scheduling import lifecycle, triggers
 from scheduling.agent_services import FAILURE_LOG_LINES, _append_logs
+from scheduling.events import published_later
 from scheduling.models import Job, JobEvent, JobEventKind, JobLog, JobState, ReplicaPlacementRecord
 from scheduling.services import Ending, Release, finish_cancels, finish_jobs, release_jobs
 from slurm import inventory, naming
@@ -105,7 +108,12 @@ class SlurmExecutor:
                 if not held:
                     return 0  # another process is syncing
                 _last_sync["at"] = time.monotonic()
-                return sync(client(), now)
+                # The live pages' news of the jobs a sync ends goes out from this process's
+                # publisher thread, after the sync (scheduling.events.published_later): read back
+                # on the sync's thread, it was a third of a drain's `follow` (0.5 s a sync at 64
+                # nodes), which the next sync, and so the next ends seen, waited for.
+                with published_later():
+                    return sync(client(), now)
         finally:
             _sync_lock.release()
 
@@ -136,7 +144,7 @@ def _sync_lease() -> Iterator[bool]:
 
 
 def sync(slurm: SlurmClient, now: datetime) -> int:
-    """One round: read the cluster, keep the inventory, submit, follow and stop. Returns how many
+    """One round: read the cluster, keep the inventory, follow and stop, submit. Returns how many
     nodes and jobs changed."""
     try:
         nodes = slurm.nodes()
@@ -155,10 +163,13 @@ def sync(slurm: SlurmClient, now: datetime) -> int:
         return changed + inventory.mark_unreachable(str(error), now)
     naming.report_foreign(named.foreign)
     changed += inventory.mark_held_outside(outside)
-    # Submitted after squeue was read, against that read's GPUs held outside; follow leaves the
-    # jobs submitted now for the next sync (their rows are newer than read_from).
-    changed += submit_placed(slurm, held=inventory.held_outside(outside))
+    # The ends first: they free GPUs (finish_jobs asks for the cycle that fills them), and a
+    # submission of a wave takes seconds of sbatch that the ends, and so the next admissions,
+    # waited for. Then what is placed and not yet in Slurm (the cycle's own submission, slurm.
+    # submitting, sends most of it at admission), against this read's GPUs held outside; the
+    # jobs submitted after squeue was read are left for the next sync (rows newer than read_from).
     changed += follow(slurm, named.own, now, read_from=read_from)
+    changed += submit_placed(slurm, held=inventory.held_outside(outside))
     return changed
 
 
@@ -219,7 +230,9 @@ def follow(slurm: SlurmClient, seen: Sequence[SlurmJob], now: datetime, *, read_
             SlurmJobRow.objects.filter(pk=row.pk).update(slurm_id=row.slurm_id)
         if found is None and row.submitted_at >= read_from:
             continue  # submitted (by another process) after squeue was read: not seen yet
-        _read_output(row, lines_by_job, truncated, final=found is None or not found.live)
+        if found is None or not found.live or inventory.holds_devices(found):
+            # A job still waiting in Slurm has written nothing yet: its file is not opened.
+            _read_output(row, lines_by_job, truncated, final=found is None or not found.live)
         if found is None:
             ended[row.pk] = (row, _Outcome(row.rank, row.slurm_label, "VANISHED", None, "Slurm no longer knows it"))
         elif not found.live:
