@@ -164,16 +164,20 @@ def node_names(count: int) -> tuple[str, ...]:
 
 
 @contextlib.contextmanager
-def slurm_cluster(nodes: int, root: Path) -> Iterator[SlurmCluster]:
+def slurm_cluster(nodes: int, root: Path, scheduler_parameters: str = "") -> Iterator[SlurmCluster]:
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
+    overrides = {"MaxJobCount": "100000"}
+    if scheduler_parameters:
+        # --scheduler-parameters: slurm.conf's SchedulerParameters, the same for (a) and (b).
+        overrides["SchedulerParameters"] = scheduler_parameters
     cluster = SlurmCluster(
         root=root,
         nodes=node_names(nodes),
         gpus_per_node=GPUS,
         cpus=16,
         memory_mib=64000,
-        overrides={"MaxJobCount": "100000"},
+        overrides=overrides,
         start_seconds=300.0,
     )
     started = time.monotonic()
@@ -240,7 +244,7 @@ def answered(ask: Callable[[], list[str] | None]) -> list[str]:
 
 
 def part_a(args: argparse.Namespace, scratch: Path) -> Figure:
-    with slurm_cluster(args.nodes, scratch / "slurm-a") as cluster:
+    with slurm_cluster(args.nodes, scratch / "slurm-a", args.scheduler_parameters) as cluster:
         fillers = [
             cluster.command(
                 "sbatch",
@@ -459,6 +463,10 @@ def rpc_counts(cluster: SlurmCluster) -> str:
         return "sdiag did not answer"
     counts = []
     in_types = False
+    # The main scheduler's passes since the cancel (`sdiag -r`): a job sbatch'ed waits for the next.
+    passes = re.search(r"Main schedule statistics.*?Total cycles:\s*(\d+)", text, re.S)
+    if passes:
+        counts.append(f"main scheduler passes {passes[1]}")
     for line in text.splitlines():
         if line.startswith("Remote Procedure Call statistics by message type"):
             in_types = True
@@ -469,7 +477,7 @@ def rpc_counts(cluster: SlurmCluster) -> str:
             name, _, rest = line.strip().partition("(")
             count = rest.split("count:")[1].split()[0]
             counts.append(f"{name.strip().removeprefix('REQUEST_').lower()} {count}")
-    return ", ".join(counts[:12])
+    return ", ".join(counts[:13])
 
 
 def drain(
@@ -579,7 +587,7 @@ def console(args: argparse.Namespace, database: str, extra: dict[str, str]) -> I
 
 
 def part_b(args: argparse.Namespace, scratch: Path) -> Figure:
-    with slurm_cluster(args.nodes, scratch / "slurm-b") as cluster:
+    with slurm_cluster(args.nodes, scratch / "slurm-b", args.scheduler_parameters) as cluster:
         output = scratch / "slurm-output"
         extra = {"SLURM_CONF": str(cluster.conf), "SLURM_OUTPUT_DIR": str(output), "SLURM_SYNC_SECONDS": str(args.sync)}
         with console(args, f"slurmdrain_b_{os.getpid()}", extra):
@@ -798,6 +806,11 @@ def main() -> int:
         "--stall", type=float, default=60.0, help="(a) stops when no job ended for this long; the rest are stuck"
     )
     parser.add_argument("--memory-floor-gib", type=float, default=2.5)
+    parser.add_argument(
+        "--scheduler-parameters",
+        default="",
+        help="slurm.conf's SchedulerParameters for (a) and (b) (empty: Slurm's defaults), e.g. batch_sched_delay=0",
+    )
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL", "").startswith("postgres") or not os.environ.get("REDIS_URL"):
         sys.exit(

@@ -1,15 +1,15 @@
 """The `slurm` executor: what the console decided, carried out by a Slurm cluster (docs/slurm.md).
 
 Each sync (at the first tick, then at most every SLURM_SYNC_SECONDS) reads the cluster with two
-bounded commands (`sinfo --json`, a plain-text `squeue --array`), then:
+bounded commands (a plain-text `squeue --array`, then `sinfo --json`), and:
 
-1. keeps Slurm's nodes as console nodes (slurm.inventory);
-2. follows the Slurm jobs it submitted: the devices Slurm bound (recorded on the placement, so the
+1. follows the Slurm jobs it submitted: the devices Slurm bound (recorded on the placement, so the
    Nodes grid shows Slurm's truth), the output (shipped to the job's log), the end (exit 0:
    succeeded; another code: failed with it; cancelled or vanished outside the console: failed with
    the reason; a node failure: back to the queue);
-3. stops what the console no longer wants: an evicted or cancelled job's Slurm jobs get SIGTERM,
+2. stops what the console no longer wants: an evicted or cancelled job's Slurm jobs get SIGTERM,
    then SIGKILL after the job's grace; its GPUs are freed only once Slurm says they ended;
+3. keeps Slurm's nodes as console nodes (slurm.inventory);
 4. submits each replica placed on a Slurm node that has no Slurm job yet (slurm.submitting:
    `sbatch --array`, pinned with `--nodelist` and `--gres=gpu:N`, one array per node and shape
    of a wave): each replica is one task of an array, a Slurm job of its own (`ARRAY_TASK`), so
@@ -144,31 +144,33 @@ def _sync_lease() -> Iterator[bool]:
 
 
 def sync(slurm: SlurmClient, now: datetime) -> int:
-    """One round: read the cluster, keep the inventory, follow and stop, submit. Returns how many
-    nodes and jobs changed."""
-    try:
-        nodes = slurm.nodes()
-    except SlurmUnavailable as error:
-        return inventory.mark_unreachable(str(error), now)
-    changed = inventory.sync_nodes(nodes, now)
+    """One round: read the jobs and follow them (ends, starts, stops), read the nodes and keep the
+    inventory, submit what is placed and not yet in Slurm. Returns how many nodes and jobs changed.
+
+    The jobs come first: their ends free GPUs (finish_jobs asks for the cycle that fills them), and
+    `sinfo` with the inventory, then a wave's sbatch, took from a fraction of a second to seconds
+    at a drain's load that every end seen waited for (benchmarks/slurm_drain.py)."""
     read_from = _now()
     try:
         jobs = slurm.jobs()
-        # Only this console's jobs are followed, adopted or stopped; another console's (the same
-        # numbers, another identity) are left alone, said once.
-        named = naming.sort_out(jobs, installation_identity())
+    except SlurmUnavailable as error:
+        return inventory.mark_unreachable(str(error), now)
+    # Only this console's jobs are followed, adopted or stopped; another console's (the same
+    # numbers, another identity) are left alone, said once.
+    named = naming.sort_out(jobs, installation_identity())
+    naming.report_foreign(named.foreign)
+    changed = follow(slurm, named.own, now, read_from=read_from)
+    try:
+        nodes = slurm.nodes()
         own = {job.slurm_id for job in named.own}
         outside = _with_held(slurm, [job for job in jobs if job.slurm_id not in own])
     except SlurmUnavailable as error:
         return changed + inventory.mark_unreachable(str(error), now)
-    naming.report_foreign(named.foreign)
+    changed += inventory.sync_nodes(nodes, now)
     changed += inventory.mark_held_outside(outside)
-    # The ends first: they free GPUs (finish_jobs asks for the cycle that fills them), and a
-    # submission of a wave takes seconds of sbatch that the ends, and so the next admissions,
-    # waited for. Then what is placed and not yet in Slurm (the cycle's own submission, slurm.
-    # submitting, sends most of it at admission), against this read's GPUs held outside; the
-    # jobs submitted after squeue was read are left for the next sync (rows newer than read_from).
-    changed += follow(slurm, named.own, now, read_from=read_from)
+    # What is placed and not yet in Slurm (the cycle that admitted it submits it at once: this is
+    # what that left), against this read's GPUs held outside; the jobs submitted after squeue was
+    # read are left for the next sync's follow (rows newer than read_from).
     changed += submit_placed(slurm, held=inventory.held_outside(outside))
     return changed
 
@@ -370,8 +372,13 @@ def _stop_unwanted(slurm: SlurmClient, now: datetime) -> int:
     """Signal the Slurm jobs of replicas the console no longer runs: a releasing job's get SIGTERM,
     then SIGKILL once its grace is over; a replica no longer placed (its job ended or moved) is
     cancelled at once."""
+    # Only the rows that may need a signal: not killed yet, and not of a running job's replica
+    # still placed (every row but a few, each sync; they were all read and joined, and their
+    # placements read, at each sync of a drain).
     open_rows = list(
-        SlurmJobRow.objects.filter(ended_at__isnull=True, slurm_id__isnull=False).values_list(
+        SlurmJobRow.objects.filter(ended_at__isnull=True, slurm_id__isnull=False, killed_at__isnull=True)
+        .exclude(job__state=JobState.RUNNING, replica__in=ReplicaPlacementRecord.objects.values("pk"))
+        .values_list(
             "pk", "slurm_id", "array_task", "replica", "job__state", "job__grace_seconds", "stop_asked_at", "killed_at"
         )
     )
