@@ -513,6 +513,7 @@ def drain(
     began = time.monotonic()
     began_wall = time.time()
     cpu_before = agents_cpu() if agents_cpu else 0.0
+    cpu_began = console_cpu_seconds()
     for job in Job.objects.filter(pk__in=fillers):
         cancel_job(actor=world[0], job=job)
     last = [0.0]
@@ -533,6 +534,8 @@ def drain(
             f"({part}) agents' CPU over the drain (theirs and their reaped children's): {spent:.1f} s, "
             f"{spent / max(1, len(queued)) * 1000:.2f} ms a job"
         )
+    cpu = console_cpu_seconds() - cpu_began
+    say(f"({part}) the console's processes used {cpu:.1f} CPU-s in the drain, {1000 * cpu / len(queued):.1f} ms a job")
     counts = states(queued)
     ended = sum(counts.get(str(state), 0) for state in FINAL_STATES)
     why = Job.objects.filter(pk__in=queued, state="failed").values_list("reason_message", flat=True)
@@ -544,6 +547,22 @@ def drain(
     else:
         agent_phases(queued, part)
     return Figure(part, args.jobs, ended, seconds, ended - counts.get("succeeded", 0))
+
+
+def console_cpu_seconds() -> float:
+    """User and system CPU seconds of the console's processes so far (the launcher, its web,
+    worker and beat processes and their children; not PostgreSQL): on this shared machine a
+    drain's rate moves with the load, its CPU per job much less."""
+    total = 0.0
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "console.launcher" not in " ".join(process.cmdline()):
+                continue
+            for member in [process, *process.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    times = member.cpu_times()
+                    total += times.user + times.system
+    return total
 
 
 @contextlib.contextmanager
