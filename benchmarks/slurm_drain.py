@@ -55,7 +55,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.console_process import drop_postgres, fresh_postgres, running_console  # noqa: E402
+from benchmarks import process_cpu, statement_log  # noqa: E402
+from benchmarks.console_process import _role, drop_postgres, fresh_postgres, running_console  # noqa: E402
 from slurm.testing import SlurmCluster, wait_until  # noqa: E402
 
 GPUS = 8
@@ -487,6 +488,8 @@ def drain(
     part: str,
     cluster: SlurmCluster | None = None,
     agents_cpu: Callable[[], float] | None = None,
+    cpu_groups: process_cpu.Groups | None = None,
+    statements_of: Callable[[datetime, datetime], None] | None = None,
 ) -> Figure:
     from scheduling.job_endings import cancel_job
     from scheduling.models import FINAL_STATES, Job
@@ -510,6 +513,10 @@ def drain(
     say(f"({part}) before the cancel: {pending}")
     if cluster is not None:
         cluster.command("sdiag", "-r", check=False)
+    tally = process_cpu.CpuTally(cpu_groups, with_children=frozenset({"agents"}), every=2.0) if cpu_groups else None
+    if tally is not None:
+        tally.start()
+    load_before = os.getloadavg()[0]
     began = time.monotonic()
     began_wall = time.time()
     cpu_before = agents_cpu() if agents_cpu else 0.0
@@ -536,6 +543,12 @@ def drain(
         )
     cpu = console_cpu_seconds() - cpu_began
     say(f"({part}) the console's processes used {cpu:.1f} CPU-s in the drain, {1000 * cpu / len(queued):.1f} ms a job")
+    if tally is not None:
+        by_kind = tally.stop()
+        say(f"({part}) CPU over the drain: {process_cpu.line(by_kind, args.jobs, seconds)}")
+        say(f"({part}) load {load_before:.2f} at the cancel, {os.getloadavg()[0]:.2f} at the end")
+    if statements_of is not None:
+        statements_of(datetime.fromtimestamp(began_wall, UTC), datetime.now(UTC))
     counts = states(queued)
     ended = sum(counts.get(str(state), 0) for state in FINAL_STATES)
     why = Job.objects.filter(pk__in=queued, state="failed").values_list("reason_message", flat=True)
@@ -566,11 +579,17 @@ def console_cpu_seconds() -> float:
 
 
 @contextlib.contextmanager
-def console(args: argparse.Namespace, database: str, extra: dict[str, str]) -> Iterator[None]:
+def console(args: argparse.Namespace, database: str, extra: dict[str, str]) -> Iterator[int]:
+    """The console running on a fresh database `database`: yields the launcher's pid."""
     import redis
 
     server = os.environ["DATABASE_URL"]
     database_url = fresh_postgres(server, database)
+    if args.statements:
+        import psycopg
+
+        with psycopg.connect(f"{server.rsplit('/', 1)[0]}/postgres", autocommit=True) as admin:
+            statement_log.log_every_statement(admin, database)
     redis_url = os.environ["REDIS_URL"]
     redis.Redis.from_url(redis_url).flushdb()
     os.environ.update(
@@ -587,7 +606,7 @@ def console(args: argparse.Namespace, database: str, extra: dict[str, str]) -> I
     try:
         with running_console(
             port=args.port, database_url=database_url, redis_url=redis_url, memory_cap_bytes=4_000_000_000
-        ):
+        ) as running:
             import django
             from django.db import connections
 
@@ -597,7 +616,7 @@ def console(args: argparse.Namespace, database: str, extra: dict[str, str]) -> I
             settings.DATABASES["default"]["NAME"] = database
             connections.close_all()
             try:
-                yield
+                yield running.process.pid
             finally:
                 connections.close_all()
     finally:
@@ -628,7 +647,8 @@ def part_b(args: argparse.Namespace, scratch: Path) -> Figure:
 def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
     # Two web processes, as the agent benchmark's thousand agents ran (docs/agent.md).
     extra = {"AGENT_HEARTBEAT_SECONDS": str(args.heartbeat), "WEB_CONCURRENCY": "2"}
-    with console(args, f"slurmdrain_c_{os.getpid()}", extra):
+    database = f"slurmdrain_c_{os.getpid()}"
+    with console(args, database, extra) as launcher:
         from gqc.agent import command_line
         from quotas.models import Node, NodeExecutor, ResourcePool
         from quotas.node_agents import issue_node_token
@@ -692,8 +712,48 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
             def agents_cpu() -> float:
                 return sum(_cpu_seconds(process.pid) for process in processes)
 
+            from django.db import connection
+
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                driver_backend = int(cursor.fetchone()[0])
+
+            def cpu_groups() -> dict[str, list[psutil.Process]]:
+                groups: dict[str, list[psutil.Process]] = {
+                    "agents": [],
+                    "driver": process_cpu.this_process(),
+                    "postgres": [],
+                }
+                for process in process_cpu.family(launcher):
+                    role = _role(process)
+                    if role == "other" and "multiprocessing" in process_cpu.command_of(process):
+                        role = "web"  # uvicorn's workers: spawned by its manager, named by nothing else
+                    groups.setdefault(role, []).append(process)
+                for process in processes:
+                    groups["agents"].extend(process_cpu.family(process.pid)[:1])
+                # The driver's own backend (its polling of the jobs' states) goes with the driver.
+                for backend in process_cpu.postgres_backends(database):
+                    groups["driver" if backend.pid == driver_backend else "postgres"].append(backend)
+                groups["redis (whole server)"] = process_cpu.redis_servers()
+                return groups
+
+            def statements_of(since: datetime, until: datetime) -> None:
+                kinds = statement_log.backends_by_process(connection, cpu_groups())
+                time.sleep(1)  # the server's log is written a little later
+                counted = statement_log.count(database, since.replace(tzinfo=None), until.replace(tzinfo=None), kinds)
+                for said in statement_log.lines(counted, args.jobs):
+                    say(f"(c) SQL over the drain, {said}")
+
             try:
-                figure = drain(world, args, fillers_started, "c", agents_cpu=agents_cpu)
+                figure = drain(
+                    world,
+                    args,
+                    fillers_started,
+                    "c",
+                    cpu_groups=cpu_groups,
+                    statements_of=statements_of if args.statements else None,
+                    agents_cpu=agents_cpu,
+                )
                 rss = sum(_rss(process.pid) for process in processes)
                 say(f"(c) after the drain: {rss / 2**30:.2f} GiB resident, {rss / args.nodes / 2**20:.1f} MiB an agent")
                 agent_timeline(agents_dir, args.nodes)
@@ -829,6 +889,11 @@ def main() -> int:
         "--scheduler-parameters",
         default="",
         help="slurm.conf's SchedulerParameters for (a) and (b) (empty: Slurm's defaults), e.g. batch_sched_delay=0",
+    )
+    parser.add_argument(
+        "--statements",
+        action="store_true",
+        help="(c) counts the SQL statements of the drain by process, from the server's log (slows the server)",
     )
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL", "").startswith("postgres") or not os.environ.get("REDIS_URL"):
