@@ -22,7 +22,6 @@ from quotas.models import Node, NodeAgent, NodeExecutor, NodeState
 from quotas.node_agents import NodeTokenRevoked, forget_token
 from scheduling.models import (
     AgentProcess,
-    Job,
     ReplicaPlacementRecord,
 )
 
@@ -106,23 +105,35 @@ class Claim:
 # by another process matches no row, and the beat is refused. The node's row is re-read for the
 # same reason: an admin may have cordoned it or changed its executor meanwhile. The first part's
 # rows are the node and its placements (one row with no placement when it has none), the second
-# part's the processes.
+# part's the processes. A placement with no process row yet (a start to ask for, or one the beat
+# reports for the first time) also carries what its start needs beyond the row: its rank (its
+# position among its job's placements) and its job's environment and image; a steady beat does not
+# carry up to 64 variables of 4 KiB for every replica on the node. These were two more queries in
+# every beat that asked for starts (the drain of issue 25: most beats).
 _PROCESS_FIELDS = ("id", "node_id", "replica", "job_id", "state", "pid", "exit_code", "started_at", "exited_at")
 _PLACEMENT_COLUMNS = (
     "id", "job_id", "devices", "fraction", "start_asked_at", "state", "revision", "name", "command", "duration",
-    "grace_seconds", "requeue", "quota", "replicas",
+    "grace_seconds", "requeue", "quota", "replicas", "fresh", "rank", "environment", "image",
 )  # fmt: skip
 _NO_PROCESS = ", ".join(["NULL"] * len(_PROCESS_FIELDS))
 _NO_PLACEMENT = ", ".join(["NULL"] * (5 + len(_PLACEMENT_COLUMNS)))
 _BEAT_SQL = f"""
 SELECT 0, a.lost_at, a.start_missed_at, n.state, n.executor, n.last_heartbeat,
        p.id, p.job_id, p.devices, p.fraction, p.start_asked_at, j.state, j.revision, j.name, j.command,
-       j.duration, j.grace_seconds, j.requeue, q.name, j.running_replicas, {_NO_PROCESS}
+       j.duration, j.grace_seconds, j.requeue, q.name, j.running_replicas,
+       CASE WHEN r0.id IS NULL THEN 1 ELSE 0 END,
+       CASE WHEN r0.id IS NULL THEN (
+           SELECT COUNT(*) FROM scheduling_replicaplacementrecord p0 WHERE p0.job_id = p.job_id AND p0.id < p.id
+       ) END,
+       CASE WHEN r0.id IS NULL THEN j.environment END,
+       CASE WHEN r0.id IS NULL THEN j.image END,
+       {_NO_PROCESS}
 FROM quotas_nodeagent a
 JOIN quotas_node n ON n.id = a.node_id
 LEFT JOIN scheduling_replicaplacementrecord p ON p.node_id = a.node_id
 LEFT JOIN scheduling_job j ON j.id = p.job_id
 LEFT JOIN quotas_quota q ON q.id = j.quota_id
+LEFT JOIN scheduling_agentprocess r0 ON r0.node_id = a.node_id AND r0.replica = p.id
 WHERE a.id = %s AND a.token_hash = %s
 UNION ALL
 SELECT 1, {_NO_PLACEMENT}, {", ".join(f"r.{name}" for name in _PROCESS_FIELDS)}
@@ -197,6 +208,14 @@ def _read_beat(
         placement = dict(zip(_PLACEMENT_COLUMNS, row[_PLACEMENT_AT], strict=True))
         if isinstance(placement["devices"], str):  # SQLite hands JSON back as text
             placement["devices"] = json.loads(placement["devices"])
+        if placement.pop("fresh"):
+            environment = placement["environment"]
+            if isinstance(environment, str):  # SQLite's text, and PostgreSQL's jsonb as Django reads it
+                environment = json.loads(environment)
+            placement["environment"] = environment or {}
+            placement["image"] = placement["image"] or ""
+        else:  # what only a start needs is left out, as a steady beat never reads it
+            del placement["rank"], placement["environment"], placement["image"]
         placement["requeue"] = bool(placement["requeue"])
         placement["start_asked_at"] = _moment(placement["start_asked_at"])
         placements[placement["id"]] = placement
@@ -236,32 +255,6 @@ def replica_ranks(job_ids: Iterable[int]) -> dict[int, int]:
         ranks[replica] = position[job_id]
         position[job_id] += 1
     return ranks
-
-
-def _add_ranks(placements: dict[int, dict[str, Any]], replicas: set[int]) -> None:
-    """The rank of these replicas: one query, only when some are new."""
-    if not replicas:
-        return
-    ranks = replica_ranks({placements[replica]["job_id"] for replica in replicas})
-    for replica, rank in ranks.items():
-        if replica in placements:
-            placements[replica]["rank"] = rank
-
-
-def _add_job_settings(placements: dict[int, dict[str, Any]], replicas: set[int]) -> None:
-    """The environment and image of these replicas' jobs, only when some are new: a steady beat
-    does not carry up to 64 variables of 4 KiB for every replica on the node."""
-    jobs = {placements[replica]["job_id"] for replica in replicas}
-    if not jobs:
-        return
-    settings_of = {
-        pk: (environment, image)
-        for pk, environment, image in Job.objects.filter(pk__in=jobs).values_list("pk", "environment", "image")
-    }
-    for replica in replicas:
-        placements[replica]["environment"], placements[replica]["image"] = settings_of.get(
-            placements[replica]["job_id"], ({}, "")
-        )
 
 
 def _start_of(row: dict[str, Any]) -> DesiredStart:

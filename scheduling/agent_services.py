@@ -19,10 +19,11 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import OuterRef, Subquery
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -37,7 +38,7 @@ from scheduling.agent_beat import DesiredStart as DesiredStart
 from scheduling.agent_beat import DesiredStop as DesiredStop
 from scheduling.agent_beat import HeldProcess as HeldProcess
 from scheduling.agent_beat import ProcessReport as ProcessReport
-from scheduling.agent_beat import _add_job_settings, _add_ranks, _read_beat, _start_of, has_free_device
+from scheduling.agent_beat import _read_beat, _start_of, has_free_device
 from scheduling.agent_claims import claim_state as claim_state
 from scheduling.models import (
     AgentProcess,
@@ -106,10 +107,8 @@ def heartbeat(*, agent: NodeAgent, processes: Sequence[ProcessReport], now: date
     now = now or timezone.now()
     node: Node = agent.node
     reported = {report.replica: report for report in processes}
+    # The placements with no process row yet carry their rank, environment and image.
     placements, rows = _read_beat(agent, node, reported)
-    # Ranks only for replicas seen for the first time or about to be started.
-    _add_ranks(placements, {replica for replica in placements if replica not in rows})
-    _add_job_settings(placements, {replica for replica in placements if replica not in rows})
     change = _changes_of(placements, rows, reported, node=node, now=now)
     releasing = any(row["state"] == JobState.RELEASING for row in placements.values())
     unasked, overdue = _starts_pending(placements, rows, reported, node=node, now=now)
@@ -220,6 +219,16 @@ def _give_up_starts(
     return requeued
 
 
+class _Seen(NamedTuple):
+    """A job as a beat that ends it reads it (no lock: each write below checks state and revision)."""
+
+    pk: int
+    state: str
+    revision: int
+    reason_code: str
+    requeue: bool
+
+
 @dataclass(slots=True)
 class _BeatChange:
     """What a beat's report changes: rows to add or mark exited, events, log lines, and the
@@ -311,33 +320,34 @@ def _settle_jobs(
     touched = {job_id for job_id, _r, _c in outcomes} | releasing
     if not touched:
         return ended
-    # Every replica of those jobs, on every node, and what their agents reported: two queries.
+    # Every replica of those jobs, on every node, with its agent's report (None: none); then the jobs and their logs.
     replicas: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for replica, job_id, node_id in ReplicaPlacementRecord.objects.filter(job_id__in=touched).values_list(
-        "id", "job_id", "node_id"
+    reported_state: dict[tuple[int, int], str | None] = {}
+    process_state = AgentProcess.objects.filter(node_id=OuterRef("node_id"), replica=OuterRef("pk")).values("state")
+    for replica, job_id, node_id, state in (
+        ReplicaPlacementRecord.objects.filter(job_id__in=touched)
+        .annotate(process_state=Subquery(process_state[:1]))
+        .values_list("id", "job_id", "node_id", "process_state")
     ):
         replicas[job_id].append((replica, node_id))
-    processes = {
-        (row.node_id, row.replica): row
-        for row in AgentProcess.objects.filter(job_id__in=touched).only("node_id", "replica", "state", "exit_code")
-    }
-    for node_id, replica in list(processes):
-        if node_id == node.pk and replica in rows:
-            processes[(node_id, replica)] = rows[replica]
+        reported_state[(node_id, replica)] = rows[replica].state if node_id == node.pk and replica in rows else state
 
     def gone(replica: int, node_id: int) -> bool:
-        row = processes.get((node_id, replica))
-        if row is not None:
-            return row.state == AgentProcessState.EXITED
+        state = reported_state.get((node_id, replica))
+        if state is not None:
+            return state == AgentProcessState.EXITED
         # Never reported: on this node, the agent just said it holds no such process; elsewhere
         # it was never seen started (a start in flight is told to stop when it reports).
         return node_id != node.pk or replica not in reported
 
     failures = {(job_id, replica): code for job_id, replica, code in outcomes if code != 0}
-    jobs = {job.pk: job for job in Job.objects.filter(pk__in=touched)}
-    # The logs' last lines of these jobs in one query (one a job cost a round trip per end: eight
-    # a beat on a node of one-GPU jobs).
-    tails = _log_tails(touched)
+    jobs: dict[int, _Seen] = {}
+    tails: dict[int, list[str]] = {}
+    for pk, state, revision, reason_code, requeue, lines in Job.objects.filter(pk__in=touched).values_list(
+        "pk", "state", "revision", "reason_code", "requeue", "log__lines"
+    ):
+        jobs[pk] = _Seen(pk, state, revision, reason_code, requeue)
+        tails[pk] = [str(line) for line in (lines or [])[-FAILURE_LOG_LINES:]]
     for job_id in sorted(touched):
         job = jobs.get(job_id)
         if job is None:
@@ -367,8 +377,7 @@ def _settle_jobs(
         failed = next(((replica, code) for (jid, replica), code in failures.items() if jid == job_id), None)
         # A running job succeeds only once every replica was seen exiting, on every node.
         all_exited = all(
-            (seen := processes.get((node_id, replica))) is not None and seen.state == AgentProcessState.EXITED
-            for replica, node_id in replicas[job_id]
+            reported_state.get((node_id, replica)) == AgentProcessState.EXITED for replica, node_id in replicas[job_id]
         )
         if failed is None and not all_exited:
             continue  # Some replicas still run; the job ends with its last one.
@@ -387,15 +396,6 @@ def _settle_jobs(
         if ending.job_id not in finished:  # It moved on meanwhile (cancelled): left as it is.
             logger.info("job %s moved on before its exit was recorded", ending.job_id)
     return ended | finished
-
-
-def _log_tails(job_ids: set[int]) -> dict[int, list[str]]:
-    if not job_ids:
-        return {}
-    return {
-        job_id: [str(line) for line in (lines or [])[-FAILURE_LOG_LINES:]]
-        for job_id, lines in JobLog.objects.filter(job_id__in=job_ids).values_list("job_id", "lines")
-    }
 
 
 def _answer(
