@@ -19,11 +19,10 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import OuterRef, Subquery
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -38,7 +37,7 @@ from scheduling.agent_beat import DesiredStart as DesiredStart
 from scheduling.agent_beat import DesiredStop as DesiredStop
 from scheduling.agent_beat import HeldProcess as HeldProcess
 from scheduling.agent_beat import ProcessReport as ProcessReport
-from scheduling.agent_beat import _read_beat, _start_of, has_free_device
+from scheduling.agent_beat import _read_beat, _start_of, has_free_device, read_for_endings
 from scheduling.agent_claims import claim_state as claim_state
 from scheduling.models import (
     AgentProcess,
@@ -219,16 +218,6 @@ def _give_up_starts(
     return requeued
 
 
-class _Seen(NamedTuple):
-    """A job as a beat that ends it reads it (no lock: each write below checks state and revision)."""
-
-    pk: int
-    state: str
-    revision: int
-    reason_code: str
-    requeue: bool
-
-
 @dataclass(slots=True)
 class _BeatChange:
     """What a beat's report changes: rows to add or mark exited, events, log lines, and the
@@ -320,17 +309,11 @@ def _settle_jobs(
     touched = {job_id for job_id, _r, _c in outcomes} | releasing
     if not touched:
         return ended
-    # Every replica of those jobs, on every node, with its agent's report (None: none); then the jobs and their logs.
-    replicas: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    reported_state: dict[tuple[int, int], str | None] = {}
-    process_state = AgentProcess.objects.filter(node_id=OuterRef("node_id"), replica=OuterRef("pk")).values("state")
-    for replica, job_id, node_id, state in (
-        ReplicaPlacementRecord.objects.filter(job_id__in=touched)
-        .annotate(process_state=Subquery(process_state[:1]))
-        .values_list("id", "job_id", "node_id", "process_state")
-    ):
-        replicas[job_id].append((replica, node_id))
-        reported_state[(node_id, replica)] = rows[replica].state if node_id == node.pk and replica in rows else state
+    # Every replica of those jobs, on every node, with its agent's report, and the jobs: one query.
+    replicas, reported_state, jobs = read_for_endings(touched, FAILURE_LOG_LINES)
+    for replica, row in rows.items():  # this node's as this beat left them
+        if (node.pk, replica) in reported_state:
+            reported_state[(node.pk, replica)] = row.state
 
     def gone(replica: int, node_id: int) -> bool:
         state = reported_state.get((node_id, replica))
@@ -341,13 +324,6 @@ def _settle_jobs(
         return node_id != node.pk or replica not in reported
 
     failures = {(job_id, replica): code for job_id, replica, code in outcomes if code != 0}
-    jobs: dict[int, _Seen] = {}
-    tails: dict[int, list[str]] = {}
-    for pk, state, revision, reason_code, requeue, lines in Job.objects.filter(pk__in=touched).values_list(
-        "pk", "state", "revision", "reason_code", "requeue", "log__lines"
-    ):
-        jobs[pk] = _Seen(pk, state, revision, reason_code, requeue)
-        tails[pk] = [str(line) for line in (lines or [])[-FAILURE_LOG_LINES:]]
     for job_id in sorted(touched):
         job = jobs.get(job_id)
         if job is None:
@@ -381,7 +357,7 @@ def _settle_jobs(
         )
         if failed is None and not all_exited:
             continue  # Some replicas still run; the job ends with its last one.
-        tail = tails.get(job.pk, [])
+        tail = job.tail
         if failed is not None:
             message = f"replica {failed[0]} exited with code {failed[1]}" + (
                 "; last lines:\n" + "\n".join(tail) if tail else ""

@@ -132,11 +132,14 @@ def finish_jobs(endings: Sequence[Ending]) -> list[Job]:
     (the Slurm executor's squeue, an agent's beat) reports them: one transaction, one cycle
     request and one live publish for them all, and a few statements whatever their number. A job
     that moved on meanwhile (cancelled) is left as it is and not in the answer, which holds the
-    jobs ended, in `endings`' order."""
+    jobs ended, in `endings`' order.
+
+    Inside a caller's transaction (an agent's beat) it takes no savepoint of its own (two round
+    trips a beat): none of its callers goes on after an error of it, which rolls back the whole."""
     if not endings:
         return []
     now = get_clock().now()
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         ended = _end_by_themselves(endings, now)
         if ended:
             triggers.request_cycle_on_commit("finish")
