@@ -22,6 +22,7 @@ from quotas.models import Node, NodeAgent, NodeExecutor, NodeState
 from quotas.node_agents import NodeTokenRevoked, forget_token
 from scheduling.models import (
     AgentProcess,
+    AgentProcessState,
     ReplicaPlacementRecord,
 )
 
@@ -187,10 +188,11 @@ def _moment(value: Any) -> datetime | None:
 
 def _read_beat(
     agent: NodeAgent, node: Node, reported: Collection[int]
-) -> tuple[dict[int, dict[str, Any]], dict[int, AgentProcess]]:
+) -> tuple[dict[int, dict[str, Any]], dict[int, AgentProcess], bool]:
     """Check the token, refresh the node and the agent, and read every replica placed on the node
     with what its start needs, and the agent's rows of those and of the `reported` replicas, by
-    replica; one query. Raises NodeTokenRevoked."""
+    replica, and whether the node has rows of other exited processes (left for the next exit to
+    forget); one query. Raises NodeTokenRevoked."""
     with _beat_cursor() as cursor:
         cursor.execute(_BEAT_SQL, [agent.pk, agent.token_hash] * 2)
         rows = cursor.fetchall()
@@ -220,19 +222,22 @@ def _read_beat(
         placement["start_asked_at"] = _moment(placement["start_asked_at"])
         placements[placement["id"]] = placement
     processes = {}
+    forgotten = False
     for row in rows:
         if row[0] != 1:
             continue
         process = AgentProcess.from_db(None, list(_PROCESS_FIELDS), row[_PROCESS_AT])
         if process.replica not in placements and process.replica not in reported:
-            continue  # an exited replica's row, forgotten at the next exit (heartbeat)
+            # an exited replica's row, forgotten at the next exit (heartbeat)
+            forgotten = forgotten or process.state == AgentProcessState.EXITED
+            continue
         # Raw rows skip the ORM's converters: SQLite gives timestamps as text or naive values.
         started = _moment(process.started_at)
         assert started is not None  # a non-null column
         process.started_at = started
         process.exited_at = _moment(process.exited_at)
         processes[process.replica] = process
-    return placements, processes
+    return placements, processes, forgotten
 
 
 # What a beat that ends jobs reads of them, in one statement without the ORM's compile step (it

@@ -107,7 +107,7 @@ def heartbeat(*, agent: NodeAgent, processes: Sequence[ProcessReport], now: date
     node: Node = agent.node
     reported = {report.replica: report for report in processes}
     # The placements with no process row yet carry their rank, environment and image.
-    placements, rows = _read_beat(agent, node, reported)
+    placements, rows, forgotten = _read_beat(agent, node, reported)
     change = _changes_of(placements, rows, reported, node=node, now=now)
     releasing = any(row["state"] == JobState.RELEASING for row in placements.values())
     unasked, overdue = _starts_pending(placements, rows, reported, node=node, now=now)
@@ -119,12 +119,15 @@ def heartbeat(*, agent: NodeAgent, processes: Sequence[ProcessReport], now: date
         mark_seen(agent=agent, node=node, now=now)
         return _answer(node, placements, rows, reported, ended=set())
     with transaction.atomic():
-        AgentProcess.objects.bulk_create(change.new_rows, ignore_conflicts=True)
         AgentProcess.objects.bulk_update(change.exited_rows, ["state", "exit_code", "exited_at"])
         JobEvent.objects.bulk_create(change.new_events)
         _append_logs(change.lines_by_job, change.truncated_jobs, now)
         ended = _settle_jobs(placements, rows, reported, change.outcomes, node=node, now=now)
         ended |= _give_up_starts(agent, placements, overdue, ended, node=node, now=now)
+        # A process first reported exited, whose job ended here, would be written only to be
+        # forgotten below (its replica is no longer placed): a short job's usual row.
+        new_rows = [row for row in change.new_rows if row.state != AgentProcessState.EXITED or row.job_id not in ended]
+        AgentProcess.objects.bulk_create(new_rows, ignore_conflicts=True)
         if ended:  # before the commit: a quick cycle could place here before a later mark (agent_holds)
             triggers.mark_freed(node.pk)
         if change.new_rows and agent.start_missed_at is not None and not overdue:
@@ -134,11 +137,17 @@ def heartbeat(*, agent: NodeAgent, processes: Sequence[ProcessReport], now: date
         if change.exited_rows or any(row.state == AgentProcessState.EXITED for row in change.new_rows):
             # An exited process's row is kept while its replica is still placed here (so that it
             # is never started again) and forgotten after: rows would only grow. A row is left
-            # behind only in a beat that records an exit, so only such a beat pays for this.
+            # behind only in a beat that records an exit, so only such a beat pays for this, and
+            # only when there is such a row.
             still_placed = [replica for replica, row in placements.items() if row["job_id"] not in ended]
-            AgentProcess.objects.filter(node=node, state=AgentProcessState.EXITED).exclude(
-                replica__in=still_placed
-            ).delete()
+            unwritten = {row.replica for row in change.new_rows} - {row.replica for row in new_rows}
+            if forgotten or any(
+                row.state == AgentProcessState.EXITED and replica not in unwritten and replica not in still_placed
+                for replica, row in rows.items()
+            ):
+                AgentProcess.objects.filter(node=node, state=AgentProcessState.EXITED).exclude(
+                    replica__in=still_placed
+                ).delete()
         # Last, so that the node's row (which every page and cycle reads) is written for the
         # shortest time.
         if mark_seen(agent=agent, node=node, now=now):

@@ -276,6 +276,28 @@ def test_exit_zero_of_every_replica_succeeds_the_job(agent_cluster: Cluster) -> 
     assert not AgentProcess.objects.filter(job=job).exists()  # the rows do not pile up
 
 
+def test_a_process_first_reported_exited_ends_its_job_without_a_row_written(agent_cluster: Cluster) -> None:
+    """A short job's process is usually first seen exited: its row would be written only to be
+    forgotten in the same beat (issue 25's drain), so the beat writes neither."""
+    job = _submit(agent_cluster, "short", gpus=1, command="true")
+    client, node = _agent_of(job)
+    (start,) = _beat(client, node)["starts"]
+    exited = [{"replica": start["replica"], "state": "exited", "exit_code": 0, "pid": 4242}]
+    with CaptureQueriesContext(connection) as beat:
+        answer = _beat(client, node, exited)
+    assert Job.objects.get(pk=job.pk).state == JobState.SUCCEEDED
+    assert list(JobEvent.objects.filter(job=job).values_list("kind", flat=True).order_by("id"))[-2:] == [
+        JobEventKind.STARTED,
+        JobEventKind.FINISHED,
+    ]
+    assert answer["starts"] == [] and answer["stops"] == []
+    assert not AgentProcess.objects.filter(job=job).exists()
+    writes = [q["sql"] for q in beat.captured_queries if q["sql"].split()[0] in ("INSERT", "UPDATE", "DELETE")]
+    assert writes and not [sql for sql in writes if "scheduling_agentprocess" in sql]
+    assert _beat(client, node, exited)["starts"] == []  # the same report again changes nothing
+    assert JobEvent.objects.filter(job=job, kind=JobEventKind.STARTED).count() == 1
+
+
 def test_a_beat_that_frees_devices_asks_the_agent_back_soon_once(agent_cluster: Cluster, settings: Any) -> None:
     """What the next cycle places on the freed devices would otherwise wait a whole heartbeat."""
     settings.AGENT_HEARTBEAT_SECONDS = 5.0
