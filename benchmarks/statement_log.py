@@ -24,7 +24,10 @@ if TYPE_CHECKING:
 
 SERVER_LOG = Path("/var/log/postgresql/postgresql-15-main.log")
 # Debian's log_line_prefix `%m [%p] %q%u@%d `: time, backend pid, user@database.
-_LINE = re.compile(r"^(\S+ \S+) UTC \[(\d+)\] \S+@(\S+) LOG:  (?:statement|execute [^:]*): +(\w+)")
+_LINE = re.compile(r"^(\S+ \S+) UTC \[(\d+)\] \S+@(\S+) LOG:  (?:statement|execute [^:]*): +(\w+)(.{0,24})")
+# Django's first statement on each new connection (it sets the session's time zone): counted as a
+# connection opened, which costs the server a process.
+_NEW_CONNECTION = " set_config('TimeZone'"
 
 
 def log_every_statement(server: psycopg.Connection[Any], database: str) -> None:
@@ -60,7 +63,8 @@ def count(database: str, since: datetime, until: datetime, kinds: dict[int, str]
             found = _LINE.match(line)
             if found is None or found[3] != database or not earliest <= found[1] <= latest:
                 continue
-            counted[(kinds.get(int(found[2]), "?"), found[4].upper())] += 1
+            word = "(new connection)" if found[5].startswith(_NEW_CONNECTION) else found[4].upper()
+            counted[(kinds.get(int(found[2]), "?"), word)] += 1
     return counted
 
 
