@@ -526,8 +526,7 @@ def drain(
     last = [0.0]
 
     # The poll every 0.2 s counts the ended jobs by their id range when the queue's ids are one
-    # (a bulk submit): the count over thousands of ids in a list cost the driver 1.7 ms of CPU a
-    # job on the two cores the console shares (docs/benchmarks-runtime.md, drainweb).
+    # (a bulk submit), not by a list of thousands of ids: the driver shares the console's cores.
     contiguous = len(set(queued)) == max(queued) - min(queued) + 1
     final = [str(state) for state in FINAL_STATES]
 
