@@ -737,7 +737,7 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
                         role = "web"  # uvicorn's workers: spawned by its manager, named by nothing else
                     groups.setdefault(role, []).append(process)
                 for process in processes:
-                    groups["agents"].extend(process_cpu.family(process.pid)[:1])
+                    groups["agents"].extend(process_cpu.alone(process.pid))
                 # The driver's own backend (its polling of the jobs' states) goes with the driver.
                 for backend in process_cpu.postgres_backends(database):
                     groups["driver" if backend.pid == driver_backend else "postgres"].append(backend)
