@@ -5,27 +5,20 @@ it (introspection), not as the models say."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 from scheduling.models import Job, JobState, PendingReason
 from tests.scheduling.conftest import Cluster
+from tests.scheduling.migrating import back_to_the_latest_schema, migrate
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# The tests after these on the same worker share its database: back to the latest schema.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures(back_to_the_latest_schema.__name__)]
 
 KEPT = [("scheduling", "0010_fence_positions_at")]
 DROPPED = [("scheduling", "0011_drop_job_position")]
 BEFORE_REASONS = [("scheduling", "0008_job_fillfactor")]
 
-
-def _migrate(target: list[tuple[str, str]]) -> MigrationExecutor:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(target)
-    return executor
 
 
 def _job_columns() -> set[str]:
@@ -43,28 +36,20 @@ def test_the_job_position_column_goes_and_comes_back_empty(cluster: Cluster) -> 
     )
     assert "position" not in _job_columns()
 
-    apps = _migrate(KEPT).loader.project_state(KEPT).apps
+    apps = migrate(KEPT).loader.project_state(KEPT).apps
     assert "position" in _job_columns()
     OldJob = apps.get_model("scheduling", "Job")
     assert sorted(OldJob.objects.values_list("name", "position")) == [("running", None), ("waiting", None)]
     assert apps.get_model("scheduling", "PendingReason").objects.get(job_id=waiting.pk).position == 2
 
-    apps = _migrate(BEFORE_REASONS).loader.project_state(BEFORE_REASONS).apps
+    apps = migrate(BEFORE_REASONS).loader.project_state(BEFORE_REASONS).apps
     OldJob = apps.get_model("scheduling", "Job")
     assert OldJob.objects.filter(pk=waiting.pk).values_list("reason_code", "position").get() == ("no_fit", 2)
     assert OldJob.objects.filter(pk=running.pk).values_list("position", flat=True).get() is None
 
-    _migrate(DROPPED)
+    migrate(DROPPED)
     assert "position" not in _job_columns()
     assert PendingReason.objects.get(job_id=waiting.pk).position == 2  # forward again: moved back to its table
     shown = {job.name: job.shown_reason for job in Job.objects.select_related("pending_reason")}
     assert shown == {"waiting": ("no_fit", "needs 1 GPU", 2), "running": ("", "", None)}
 
-
-@pytest.fixture(autouse=True)
-def back_to_the_latest_schema() -> Iterator[None]:
-    """The tests after these on the same worker share its database: back to the leaf migrations."""
-    yield
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    _migrate(executor.loader.graph.leaf_nodes())

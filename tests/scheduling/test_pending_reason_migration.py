@@ -4,23 +4,16 @@ preempted job's own reason, a final message) where they are; backwards, it puts 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
-pytestmark = pytest.mark.django_db(transaction=True)
+from tests.scheduling.migrating import back_to_the_latest_schema, migrate
+
+# The tests after these on the same worker share its database: back to the latest schema.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures(back_to_the_latest_schema.__name__)]
 
 BEFORE = [("scheduling", "0008_job_fillfactor")]
 AFTER = [("scheduling", "0009_pending_reason")]
 
-
-def _migrate(target: list[tuple[str, str]]) -> MigrationExecutor:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(target)
-    return executor
 
 
 def test_the_engines_reasons_move_to_their_own_table_and_back(cluster: object) -> None:
@@ -29,14 +22,14 @@ def test_the_engines_reasons_move_to_their_own_table_and_back(cluster: object) -
     assert isinstance(cluster, Cluster)
     waiting = cluster.submit("waiting", gpus=1)
     preempted = cluster.submit("preempted", gpus=1)
-    apps = _migrate(BEFORE).loader.project_state(BEFORE).apps
+    apps = migrate(BEFORE).loader.project_state(BEFORE).apps
     Job = apps.get_model("scheduling", "Job")
     Job.objects.filter(pk=waiting.pk).update(
         state="pending", reason_code="no_fit", reason_message="needs 1 GPU", position=2, revision=3
     )
     Job.objects.filter(pk=preempted.pk).update(state="pending", reason_code="preempted", reason_message="evicted")
 
-    apps = _migrate(AFTER).loader.project_state(AFTER).apps
+    apps = migrate(AFTER).loader.project_state(AFTER).apps
     Job, PendingReason = apps.get_model("scheduling", "Job"), apps.get_model("scheduling", "PendingReason")
     moved = PendingReason.objects.get(job_id=waiting.pk)
     assert (moved.revision, moved.code, moved.message, moved.position) == (3, "no_fit", "needs 1 GPU", 2)
@@ -44,16 +37,7 @@ def test_the_engines_reasons_move_to_their_own_table_and_back(cluster: object) -
     assert not PendingReason.objects.filter(job_id=preempted.pk).exists()
     assert Job.objects.get(pk=preempted.pk).reason_code == "preempted"
 
-    apps = _migrate(BEFORE).loader.project_state(BEFORE).apps
+    apps = migrate(BEFORE).loader.project_state(BEFORE).apps
     Job = apps.get_model("scheduling", "Job")
     assert Job.objects.filter(pk=waiting.pk).values_list("reason_code", "position").get() == ("no_fit", 2)
 
-
-@pytest.fixture(autouse=True)
-def back_to_the_latest_schema() -> Iterator[None]:
-    """The tests after these on the same worker share its database: it goes back to the latest
-    migrations, not to 0009 (a later migration's columns were missing there otherwise)."""
-    yield
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    _migrate(executor.loader.graph.leaf_nodes())
