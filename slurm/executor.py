@@ -379,7 +379,7 @@ def _stop_unwanted(slurm: SlurmClient, now: datetime) -> int:
         SlurmJobRow.objects.filter(ended_at__isnull=True, slurm_id__isnull=False, killed_at__isnull=True)
         .exclude(job__state=JobState.RUNNING, replica__in=ReplicaPlacementRecord.objects.values("pk"))
         .values_list(
-            "pk", "slurm_id", "array_task", "replica", "job__state", "job__grace_seconds", "stop_asked_at", "killed_at"
+            "pk", "slurm_id", "array_task", "replica", "job__state", "job__grace_seconds", "stop_asked_at"
         )
     )
     if not open_rows:
@@ -389,18 +389,15 @@ def _stop_unwanted(slurm: SlurmClient, now: datetime) -> int:
     )
     terminate: list[tuple[int, str]] = []
     kill: list[tuple[int, str]] = []
-    for pk, slurm_id, array_task, replica, state, grace, stop_asked_at, killed_at in open_rows:
+    for pk, slurm_id, array_task, replica, state, grace, stop_asked_at in open_rows:
         label = slurm_label(slurm_id, array_task)
-        if state == JobState.RUNNING and replica in placed:
-            continue
         if state == JobState.RELEASING and replica in placed:
             if stop_asked_at is None:
                 terminate.append((pk, label))
-            elif killed_at is None and now >= stop_asked_at + timedelta(seconds=float(grace)):
+            elif now >= stop_asked_at + timedelta(seconds=float(grace)):
                 kill.append((pk, label))
             continue
-        if killed_at is None:
-            kill.append((pk, label))
+        kill.append((pk, label))
     try:
         if terminate:
             slurm.signal([label for _pk, label in terminate], "TERM")

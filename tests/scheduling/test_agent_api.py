@@ -22,6 +22,7 @@ from quotas.models import AuditRecord, Node, NodeAgent, NodeExecutor, NodeState
 from quotas.node_agents import heartbeat_record_seconds, issue_node_token
 from quotas.services.nodes import set_node_state
 from scheduling import services
+from scheduling.agent_beat import replica_ranks
 from scheduling.executors import get_executor
 from scheduling.models import AgentProcess, Job, JobEvent, JobEventKind, JobState
 from tests.scheduling.conftest import Cluster
@@ -256,6 +257,8 @@ def test_an_admitted_job_is_a_start_once_then_running_once_reported(agent_cluste
     ]
     assert starts[1]["environment"]["GQC_REPLICA_RANK"] == "1"
     assert starts[1]["environment"]["GQC_QUOTA"] == "team-a"
+    # The beat's read states the rank rule in SQL; the slurm executor's replica_ranks in Python.
+    assert {s["replica"]: s["rank"] for s in starts} == replica_ranks({job.pk})
     assert not JobEvent.objects.filter(job=job, kind=JobEventKind.STARTED).exists()
     after = _beat(client, node, [_running(s) for s in starts])
     assert after["starts"] == [] and after["stops"] == []
