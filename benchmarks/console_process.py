@@ -103,19 +103,33 @@ def _role(process: psutil.Process) -> str:
     return "launcher" if "console.launcher" in command else "other"
 
 
+_REWALK_SECONDS = 10.0
+
+
 def _sample_rss(root: int, peaks: dict[str, int], stop: threading.Event) -> None:
+    # The family is walked every _REWALK_SECONDS, not at each sample: psutil finds children by
+    # reading every process on the machine, thousands in a drain through agents (their jobs), and
+    # that walk twice a second was most of the drain driver's CPU. The console's processes (web,
+    # worker, beat) live as long as it does, so a late one is found within the interval.
+    known: dict[int, tuple[str, psutil.Process]] = {}
+    walked_at: float | None = None
     while not stop.is_set():
-        try:
-            parent = psutil.Process(root)
-            family = [parent, *parent.children(recursive=True)]
-        except psutil.Error:
-            return
-        for process in family:
+        if walked_at is None or time.monotonic() - walked_at >= _REWALK_SECONDS:
+            walked_at = time.monotonic()
+            try:
+                parent = psutil.Process(root)
+                family = [parent, *parent.children(recursive=True)]
+            except psutil.Error:
+                return
+            known = {
+                process.pid: known.get(process.pid) or (f"{_role(process)}:{process.pid}", process)
+                for process in family
+            }
+        for key, process in known.values():
             try:
                 rss = process.memory_info().rss
             except psutil.Error:
                 continue
-            key = f"{_role(process)}:{process.pid}"
             peaks[key] = max(peaks.get(key, 0), rss)
         stop.wait(0.5)
 

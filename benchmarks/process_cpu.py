@@ -10,9 +10,12 @@ keeps what it spent up to its last sample.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import psutil
 
@@ -86,24 +89,55 @@ def family(root: int) -> list[psutil.Process]:
         return []
 
 
-def alone(pid: int) -> list[psutil.Process]:
-    """The process `pid` without its descendants (none once it is gone). `family` walks every
-    process on the machine to find a root's children; at 256 agents a sample called it for each,
-    and the driver's share of a drain's CPU was mostly that walk."""
-    try:
-        return [psutil.Process(pid)]
-    except psutil.Error:
-        return []
+class Census:
+    """The processes of each kind, each found once and then kept for the span's samples.
+
+    A walk of every process on the machine (psutil's `children`, `process_iter`) at each sample
+    cost the driver most of its CPU at 256 agents: a drain's machine holds thousands of processes,
+    the agents' jobs among them. So the processes known to stay (the agents, the Redis server) are
+    given once, the launcher's family is walked again only every `rewalk_seconds` (its web, worker
+    and beat processes live as long as the console), and PostgreSQL's backends of the drain's
+    database, which come and go with the worker's connections, are asked of the server itself
+    (`pg_stat_activity`, one short query) rather than found by a walk. A process gone reads as
+    nothing in `_spent`, so it keeps what it had spent up to its last sample."""
+
+    def __init__(
+        self, *, launcher: int, classify: Callable[[psutil.Process], str], rewalk_seconds: float = 10.0
+    ) -> None:
+        self._launcher = launcher
+        self._classify = classify
+        self._rewalk_seconds = rewalk_seconds
+        self._walked_at: float | None = None
+        self._kind_of: dict[int, tuple[str, psutil.Process]] = {}
+
+    def keep(self, kind: str, processes: Iterable[psutil.Process]) -> None:
+        for process in processes:
+            self._kind_of.setdefault(process.pid, (kind, process))
+
+    def keep_pids(self, kind_of_pid: Mapping[int, str]) -> None:
+        """Processes known by pid (PostgreSQL's backends): each new one is looked up once."""
+        for pid, kind in kind_of_pid.items():
+            if pid not in self._kind_of:
+                with contextlib.suppress(psutil.Error):
+                    self._kind_of[pid] = (kind, psutil.Process(pid))
+
+    def groups(self) -> dict[str, list[psutil.Process]]:
+        now = time.monotonic()
+        if self._walked_at is None or now - self._walked_at >= self._rewalk_seconds:
+            self._walked_at = now
+            for process in family(self._launcher):
+                if process.pid not in self._kind_of:
+                    self._kind_of[process.pid] = (self._classify(process), process)
+        found: dict[str, list[psutil.Process]] = {}
+        for kind, process in self._kind_of.values():
+            found.setdefault(kind, []).append(process)
+        return found
 
 
-def postgres_backends(database: str) -> list[psutil.Process]:
-    """The server processes serving `database` (their title names it)."""
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        command = " ".join(process.info["cmdline"] or ())
-        if command.startswith("postgres:") and f" {database} " in command:
-            found.append(process)
-    return found
+def postgres_backend_pids(cursor: Any, database: str) -> list[int]:
+    """The server processes serving `database`, as the server lists them."""
+    cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", [database])
+    return [int(pid) for (pid,) in cursor.fetchall()]
 
 
 def redis_servers() -> list[psutil.Process]:

@@ -36,6 +36,7 @@ import argparse
 import contextlib
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -51,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -342,7 +344,13 @@ def states(ids: list[int]) -> dict[str, int]:
 
     from scheduling.models import Job
 
-    rows = Job.objects.filter(pk__in=ids).values_list("state").annotate(count=Count("id"))
+    # A bulk submit's ids are one range: counted by it, not by a list of thousands of ids that
+    # Django would compose into the statement (a third of a second each at 10,000).
+    if ids and len(set(ids)) == max(ids) - min(ids) + 1:
+        jobs = Job.objects.filter(pk__gte=min(ids), pk__lte=max(ids))
+    else:
+        jobs = Job.objects.filter(pk__in=ids)
+    rows = jobs.values_list("state").annotate(count=Count("id"))
     return {str(state): int(count) for state, count in rows}
 
 
@@ -606,6 +614,11 @@ def console(args: argparse.Namespace, database: str, extra: dict[str, str]) -> I
             "CELERY_QUEUE": f"slurm-drain-{os.getpid()}",
             "CHANNELS_PREFIX": "slurm-drain",
             "LOG_LEVEL": "WARNING",
+            # As a site runs it: DEBUG off (Django's debug cursor composed and kept every SQL
+            # statement's text in each process). Plain HTTP on 127.0.0.1, so no redirect to HTTPS.
+            "DJANGO_DEBUG": "false",
+            "DJANGO_SECRET_KEY": secrets.token_urlsafe(32),
+            "DJANGO_SECURE_SSL_REDIRECT": "false",
             "DATABASE_URL": database_url,
             **extra,
         }
@@ -675,6 +688,7 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
         agents_dir = scratch / "agents"
         agents_dir.mkdir(exist_ok=True)
         processes: list[subprocess.Popen[bytes]] = []
+        census_link: psycopg.Connection[Any] | None = None
         try:
             for node in admin_nodes:
                 token = agents_dir / f"{node.name}.token"
@@ -724,25 +738,20 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_backend_pid()")
                 driver_backend = int(cursor.fetchone()[0])
+            # The census asks the server for the database's backends on a connection of its own
+            # (the sampler's thread), which is the driver's too.
+            census_link = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
+            drivers = {driver_backend, census_link.info.backend_pid}
+            census = process_cpu.Census(launcher=launcher, classify=_console_kind)
+            census.keep("driver", process_cpu.this_process())
+            census.keep("agents", [psutil.Process(process.pid) for process in processes])
+            census.keep("redis (whole server)", process_cpu.redis_servers())
 
             def cpu_groups() -> dict[str, list[psutil.Process]]:
-                groups: dict[str, list[psutil.Process]] = {
-                    "agents": [],
-                    "driver": process_cpu.this_process(),
-                    "postgres": [],
-                }
-                for process in process_cpu.family(launcher):
-                    role = _role(process)
-                    if role == "other" and "multiprocessing" in process_cpu.command_of(process):
-                        role = "web"  # uvicorn's workers: spawned by its manager, named by nothing else
-                    groups.setdefault(role, []).append(process)
-                for process in processes:
-                    groups["agents"].extend(process_cpu.alone(process.pid))
-                # The driver's own backend (its polling of the jobs' states) goes with the driver.
-                for backend in process_cpu.postgres_backends(database):
-                    groups["driver" if backend.pid == driver_backend else "postgres"].append(backend)
-                groups["redis (whole server)"] = process_cpu.redis_servers()
-                return groups
+                with census_link.cursor() as cursor:
+                    backends = process_cpu.postgres_backend_pids(cursor, database)
+                census.keep_pids({pid: "driver" if pid in drivers else "postgres" for pid in backends})
+                return census.groups()
 
             def statements_of(since: datetime, until: datetime) -> None:
                 kinds = statement_log.backends_by_process(connection, cpu_groups())
@@ -779,6 +788,8 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
                     say(f"(c) {name} {state}: beat {beat}, lost {lost}, registered {registered}; agent log: {tail}")
                 raise
         finally:
+            if census_link is not None:
+                census_link.close()
             # SIGKILL, not SIGTERM: a stopping agent leaves its replicas (each in its own session,
             # the filler's wrapper ignoring SIGTERM) running; sweep_run ends those.
             kill_groups([process.pid for process in processes])
@@ -789,6 +800,13 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
 
 # The agent's own log lines (gqc.node_agent, at INFO) of a start and of an exit, with their time.
 _AGENT_LINE = re.compile(r"^(\S+ \S+) agent (?:started replica \d+ of job (\d+)|replica \d+ of job (\d+) exited with)")
+
+
+def _console_kind(process: psutil.Process) -> str:
+    role = _role(process)
+    if role == "other" and "multiprocessing" in process_cpu.command_of(process):
+        return "web"  # uvicorn's workers: spawned by its manager, named by nothing else
+    return role
 
 
 def _agent_moment(stamp: str) -> datetime:
