@@ -499,6 +499,7 @@ def drain(
     cpu_groups: process_cpu.Groups | None = None,
     statements_of: Callable[[datetime, datetime], None] | None = None,
 ) -> Figure:
+    from scheduling.events import published_later
     from scheduling.job_endings import cancel_job
     from scheduling.models import FINAL_STATES, Job
 
@@ -529,8 +530,14 @@ def drain(
     began_wall = time.time()
     cpu_before = agents_cpu() if agents_cpu else 0.0
     cpu_began = console_cpu_seconds()
-    for job in Job.objects.filter(pk__in=fillers):
-        cancel_job(actor=world[0], job=job)
+    # The live pages' news of the cancels goes out from the publisher thread, as a beat's and a
+    # sync's does in the console, not as one channel-layer send per cancel, each on an event loop
+    # of its own in this plain process: 64 cancels took 2.4 s that way and 1.4 s this way (load 14),
+    # inside the drain's clock.
+    with published_later():
+        for job in Job.objects.filter(pk__in=fillers):
+            cancel_job(actor=world[0], job=job)
+    say(f"({part}) {len(fillers)} fillers cancelled in {time.monotonic() - began:.1f} s")
     last = [0.0]
 
     # The poll every 0.2 s counts the ended jobs by their id range when the queue's ids are one
