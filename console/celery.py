@@ -8,7 +8,8 @@ from celery.signals import worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
-app = Celery("console")
+# Celery's Django fix-up, with the worker's connections kept across tasks (console.worker_connections).
+app = Celery("console", fixups=["console.worker_connections:fixup"])
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
