@@ -498,6 +498,7 @@ def drain(
     agents_cpu: Callable[[], float] | None = None,
     cpu_groups: process_cpu.Groups | None = None,
     statements_of: Callable[[datetime, datetime], None] | None = None,
+    sessions: Callable[[], int] | None = None,
 ) -> Figure:
     from scheduling.events import published_later
     from scheduling.job_endings import cancel_job
@@ -530,6 +531,7 @@ def drain(
     began_wall = time.time()
     cpu_before = agents_cpu() if agents_cpu else 0.0
     cpu_began = console_cpu_seconds()
+    sessions_before = sessions() if sessions else 0
     # The live pages' news of the cancels goes out from the publisher thread, as a beat's and a
     # sync's does in the console, not as one channel-layer send per cancel, each on an event loop
     # of its own in this plain process: 64 cancels took 2.4 s that way and 1.4 s this way (load 14),
@@ -569,6 +571,10 @@ def drain(
         by_kind = tally.stop()
         say(f"({part}) CPU over the drain: {process_cpu.line(by_kind, args.jobs, seconds)}")
         say(f"({part}) load {load_before:.2f} at the cancel, {os.getloadavg()[0]:.2f} at the end")
+    if sessions is not None:
+        time.sleep(1)  # a backend reports its connection with its next statistics flush: within 1 s
+        opened = sessions() - sessions_before
+        say(f"({part}) PostgreSQL connections opened over the drain: {opened} ({opened / len(queued):.3f} a job)")
     if statements_of is not None:
         statements_of(datetime.fromtimestamp(began_wall, UTC), datetime.now(UTC))
     counts = states(queued)
@@ -767,6 +773,13 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
                 for said in statement_log.lines(counted, args.jobs):
                     say(f"(c) SQL over the drain, {said}")
 
+            def sessions() -> int:
+                """Connections ever opened to the drain's database (pg_stat_database, PostgreSQL 14+)."""
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_stat_force_next_flush()")
+                    cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+                    return int(cursor.fetchone()[0])
+
             try:
                 figure = drain(
                     world,
@@ -776,6 +789,7 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
                     cpu_groups=cpu_groups,
                     statements_of=statements_of if args.statements else None,
                     agents_cpu=agents_cpu,
+                    sessions=sessions,
                 )
                 rss = sum(_rss(process.pid) for process in processes)
                 say(f"(c) after the drain: {rss / 2**30:.2f} GiB resident, {rss / args.nodes / 2**20:.1f} MiB an agent")
