@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
 
 from quotas.models import Node
 from quotas.services import update_node
@@ -129,6 +130,49 @@ def test_the_advisory_lock_is_held_by_one_connection_at_a_time(settings: Any) ->
     assert refused == "lock_busy"
     assert holder
     assert connection.vendor == "postgresql"
+
+
+def test_a_waiting_cycle_gets_the_lock_when_it_is_let_go_without_polling_for_it(settings: Any) -> None:
+    """The wait is the server's: the lock passes the moment its holder lets go, and the waiter
+    sends a handful of statements over a 0.6 s wait (the lock, then its fencing token's), not a
+    poll every 5 ms (about a hundred)."""
+    build_cluster()
+    held = threading.Event()
+    waiting = threading.Event()
+
+    def holder_then_waiters(number: int) -> tuple[bool, int, float]:
+        lock = PostgresCycleLock()
+        if number == 0:
+            lease = lock.acquire()
+            assert lease is not None
+            held.set()
+            waiting.wait(timeout=20)
+            time.sleep(0.6)
+            let_go = time.monotonic()
+            lock.release(lease)
+            return True, 0, let_go
+        held.wait(timeout=20)
+        if number == 1:
+            # Bounded: nobody lets go within 0.2 s, and the wait ends refused.
+            refused = lock.acquire(wait_seconds=0.2)
+            waiting.set()
+            return refused is None, 0, 0.0
+        waiting.wait(timeout=20)
+        with CaptureQueriesContext(connection) as statements:
+            lease = lock.acquire(wait_seconds=20)
+        got = time.monotonic()
+        assert lease is not None
+        lock.release(lease)
+        return True, len(statements), got
+
+    (_, _, let_go), (refused, _, _), (_, statements, got) = in_threads(3, holder_then_waiters)
+    assert refused
+    assert statements <= 15, f"{statements} statements while waiting for the lock"
+    assert 0 <= got - let_go < 0.5
+    # The bound was the waiting transaction's alone: this session's lock_timeout is untouched.
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW lock_timeout")
+        assert cursor.fetchone()[0] == "0"
 
 
 def test_a_node_shrunk_while_a_cycle_commits_keeps_the_gpus_it_places_on(
