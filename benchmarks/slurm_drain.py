@@ -523,7 +523,11 @@ def drain(
     say(f"({part}) before the cancel: {pending}")
     if cluster is not None:
         cluster.command("sdiag", "-r", check=False)
-    tally = process_cpu.CpuTally(cpu_groups, with_children=frozenset({"agents"}), every=2.0) if cpu_groups else None
+    tally = (
+        process_cpu.CpuTally(cpu_groups, with_children=frozenset({"agents"}), every=args.cpu_every)
+        if cpu_groups
+        else None
+    )
     if tally is not None:
         tally.start()
     load_before = os.getloadavg()[0]
@@ -931,6 +935,13 @@ def main() -> int:
         "--stall", type=float, default=60.0, help="(a) stops when no job ended for this long; the rest are stuck"
     )
     parser.add_argument("--memory-floor-gib", type=float, default=2.5)
+    parser.add_argument(
+        "--cpu-every",
+        type=float,
+        default=2.0,
+        help="(c) seconds between CPU samples; a PostgreSQL backend that lives between two is not counted "
+        "(Celery's fix-up gave the worker one for each task), so 0.1 when comparing the worker's connections",
+    )
     parser.add_argument(
         "--scheduler-parameters",
         default="",

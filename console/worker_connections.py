@@ -27,25 +27,29 @@ import contextlib
 import os
 from typing import TYPE_CHECKING, Any
 
-from celery.fixups.django import DjangoFixup, DjangoWorkerFixup
+import celery.fixups.django as celery_fixup
+from celery.fixups.django import DjangoFixup
 from django.db import DatabaseError, InterfaceError
 
 if TYPE_CHECKING:
     from celery import Celery, Task
     from django.db.backends.base.base import BaseDatabaseWrapper
 
+# The fix-up's worker half: celery-types has no stub for it.
+DjangoWorkerFixup: Any = celery_fixup.DjangoWorkerFixup  # type: ignore[attr-defined]
+
 # Releases every session-level advisory lock of the connection; a no-op (one round trip) when none.
 _DROP_SESSION_LOCKS = "SELECT pg_advisory_unlock_all()"
 
 
-class TaskConnections(DjangoWorkerFixup):
+class TaskConnections(DjangoWorkerFixup):  # type: ignore[misc]  # an untyped base (above)
     """The fix-up's worker half, with connections handed back to the pool between tasks."""
 
-    def on_task_prerun(self, sender: Task, **kwargs: Any) -> None:
+    def on_task_prerun(self, sender: Task[Any, Any], **kwargs: Any) -> None:
         if not getattr(sender.request, "is_eager", False):
             self.hand_back_connections()
 
-    def on_task_postrun(self, sender: Task, **kwargs: Any) -> None:
+    def on_task_postrun(self, sender: Task[Any, Any], **kwargs: Any) -> None:
         if not getattr(sender.request, "is_eager", False):
             for connection in self._db.connections.all(initialized_only=True):
                 drop_session_locks(connection)
@@ -73,7 +77,7 @@ def drop_session_locks(connection: BaseDatabaseWrapper) -> None:
     # Still inside a transaction, or the statement failed: the pool would keep this connection
     # (rolled back, its session locks still held). Closed here, the server drops them, and the
     # pool discards a closed connection handed back to it.
-    with contextlib.suppress(connection.Database.Error):
+    with contextlib.suppress(Exception):  # the client's own close: nothing to do if it fails
         connection.connection.close()
     with contextlib.suppress(DatabaseError, InterfaceError):
         connection.close()
@@ -81,6 +85,8 @@ def drop_session_locks(connection: BaseDatabaseWrapper) -> None:
 
 class KeptConnectionsFixup(DjangoFixup):
     """Celery's Django fix-up whose worker half is TaskConnections."""
+
+    _worker_fixup: DjangoWorkerFixup | None
 
     @property
     def worker_fixup(self) -> DjangoWorkerFixup:
@@ -97,4 +103,6 @@ def fixup(app: Celery) -> DjangoFixup | None:
     """Celery's fix-up entry point (`Celery(fixups=["console.worker_connections:fixup"])`)."""
     if not os.environ.get("DJANGO_SETTINGS_MODULE"):
         return None
-    return KeptConnectionsFixup(app).install()
+    kept = KeptConnectionsFixup(app)
+    kept.install()
+    return kept

@@ -132,7 +132,12 @@ def test_a_connection_left_inside_a_transaction_is_closed_with_its_locks(postgre
 def cycle_lock_is_free_elsewhere() -> bool:
     """Asked on another connection than this thread's (the lock is re-entrant for its holder)."""
     answer: list[bool] = []
-    thread = threading.Thread(target=lambda: (answer.append(cycle_lock_is_free()), connection.close()))
+
+    def ask() -> None:
+        answer.append(cycle_lock_is_free())
+        connection.close()
+
+    thread = threading.Thread(target=ask)
     thread.start()
     thread.join(timeout=30)
     return answer == [True]
