@@ -156,7 +156,8 @@ class PostgresCycleLock:
     def _wait_for_lock(self, wait_seconds: float) -> bool:
         """Wait in the server, which hands the lock over the moment its holder lets go. A poll every
         5 ms did the same at a round trip each: in the drain of issue 25 the worker's second
-        process asked hundreds of times a cycle, a tenth of the worker's time in its cycles."""
+        process asked hundreds of times a cycle. Called inside a caller's transaction (tests), the
+        bound lasts until that transaction ends; the cycle's callers hold none."""
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 # lock_timeout for this transaction only: the session's own stays as it was.
