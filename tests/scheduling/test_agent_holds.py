@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -77,6 +78,40 @@ def test_a_held_beat_goes_at_the_limit_when_the_cycle_never_places(celery_marks:
     celery_marks.set(triggers.running_key(), "1")
     placed, held = _held_for(CycleHolds(poll_seconds=0.01), limit=0.3)
     assert not placed and 0.3 <= held < 1.5
+
+
+def test_a_held_beat_is_looked_for_off_the_event_loop_which_sleeps_until_it_goes(
+    celery_marks: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The poller's looks run on its own thread and wake the event loop only to answer a beat:
+    held for 0.4 s, looked for every 0.02 s, the loop was woken from another thread not once."""
+    triggers.mark_freed(NODE)
+    celery_marks.set(triggers.running_key(), "1")  # a cycle runs, and never places here
+    looks: list[str] = []
+    look = triggers.freed_and_coming
+
+    def counted(nodes: Any) -> tuple[set[int], bool]:
+        looks.append(threading.current_thread().name)
+        return look(nodes)
+
+    monkeypatch.setattr(triggers, "freed_and_coming", counted)
+
+    async def scenario() -> tuple[bool, int]:
+        loop = asyncio.get_running_loop()
+        woken = [0]
+        wake = loop.call_soon_threadsafe
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            woken[0] += 1
+            return wake(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        placed = await CycleHolds(poll_seconds=0.02).until_placed(NODE, 0.4)
+        return placed, woken[0]
+
+    placed, woken = asyncio.run(scenario())
+    assert not placed and woken == 0
+    assert len(looks) >= 5 and set(looks) == {"agent-hold"}
 
 
 @pytest.mark.django_db(transaction=True)
