@@ -26,6 +26,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, Final
 
 from django.conf import settings
@@ -33,7 +34,7 @@ from django.core.signals import request_finished, request_started
 from django.http.request import split_domain_port, validate_host
 
 from console.agent_holds import CycleHolds
-from scheduling.api.agent_quick import QuickAnswer, quick_beat
+from scheduling.api.agent_quick import HeldBeat, QuickAnswer, answer_held, quick_beat
 from scheduling.events import published_later
 
 logger = logging.getLogger(__name__)
@@ -85,20 +86,22 @@ class AgentBeatRoute:
             body = b"".join(chunks)
             loop = asyncio.get_running_loop()
             arrived = loop.time()
-            quick = await loop.run_in_executor(self._pool(), _answer_beat, authorization, body, False)
+            quick = await loop.run_in_executor(self._pool(), _answer_beat, authorization, body)
             # It freed devices: answered once the cycle on its way has placed (console.agent_holds),
             # within a heartbeat of its arrival.
             left = float(settings.AGENT_HEARTBEAT_SECONDS) - (loop.time() - arrived)
             if (
                 quick is not None
                 and quick.hold_for is not None
+                and quick.held is not None
                 and left > 0
                 and await self.holds.until_placed(quick.hold_for, left)
             ):
                 # Anew, if a thread takes it up in time: on a console so busy that it does not,
                 # the first answer goes (the starts then come with the follow-up), rather than an
-                # answer so late that the agent has given up on it and never sees its starts.
-                again = loop.run_in_executor(self._pool(), _answer_beat, authorization, body, True)
+                # answer so late that the agent has given up on it and never sees its starts. The
+                # beat is not read again: the first answer's reading of it is (agent_quick.HeldBeat).
+                again = loop.run_in_executor(self._pool(), _answer_held, quick.held)
                 left = float(settings.AGENT_HEARTBEAT_SECONDS) - (loop.time() - arrived)
                 with contextlib.suppress(TimeoutError):
                     quick = await asyncio.wait_for(again, max(left, _ANEW_AT_LEAST_SECONDS)) or quick
@@ -195,12 +198,20 @@ def _replay(chunks: list[bytes], more: bool, receive: Receive) -> Receive:
     return replayed
 
 
-def _answer_beat(authorization: bytes, body: bytes, again: bool) -> QuickAnswer | None:
+def _answer_beat(authorization: bytes, body: bytes) -> QuickAnswer | None:
+    return _answered(partial(quick_beat, authorization=authorization, body=body))
+
+
+def _answer_held(beat: HeldBeat) -> QuickAnswer | None:
+    return _answered(partial(answer_held, beat))
+
+
+def _answered(answer: Callable[[], QuickAnswer | None]) -> QuickAnswer | None:
     request_started.send(sender=AgentBeatRoute, scope=None)
     try:
         # The live changes of the jobs it ends go out with those of the other beats (scheduling.events).
         with published_later():
-            return quick_beat(authorization=authorization, body=body, again=again)
+            return answer()
     except Exception:
         # Django answers it as it answers any failure (and logs it as a request's): the beat is
         # idempotent, so running it again there does no harm.

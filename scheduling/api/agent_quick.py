@@ -1,6 +1,7 @@
 """The heartbeat answered without Django's request cycle (console.agent_route calls quick_beat):
 the same answer AgentHeartbeatView gives a well-formed beat of a known token's own node, and
-whether the route may hold it for the cycle on its way to that node (console.agent_holds)."""
+whether the route may hold it for the cycle on its way to that node (console.agent_holds); once
+that cycle has placed, answer_held answers the held beat anew."""
 
 from __future__ import annotations
 
@@ -10,18 +11,31 @@ from dataclasses import dataclass
 
 from rest_framework.renderers import JSONRenderer
 
+from quotas.models import NodeAgent
 from quotas.node_agents import NodeTokenRevoked, agent_for_token
 from scheduling import agent_services, triggers
 from scheduling.api.agent import _desired_body, accept_beat
 
 
 @dataclass(frozen=True, slots=True)
+class HeldBeat:
+    """A held beat as its second answer needs it: read, validated and its token looked up once,
+    by the first (its body is not decoded nor checked again), with what the first took that a
+    second must not take again (the log lines; the GPU readings are never passed on)."""
+
+    agent: NodeAgent
+    processes: tuple[agent_services.ProcessReport, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class QuickAnswer:
     """A beat's answer, and the node whose cycle it may wait for: set when the answer asks the
-    agent back soon for what that cycle places (it freed devices) and carries nothing to do."""
+    agent back soon for what that cycle places (it freed devices) and carries nothing to do;
+    `held` is then what answer_held answers anew."""
 
     body: bytes
     hold_for: int | None = None
+    held: HeldBeat | None = None
 
 
 def _refuse_constant(name: str) -> None:
@@ -53,19 +67,33 @@ def quick_beat(*, authorization: bytes, body: bytes, again: bool = False) -> Qui
         return None
     _node, processes, samples = accepted
     if again:
-        processes = [dataclasses.replace(report, log=(), log_truncated=False) for report in processes]
+        return answer_held(_held(agent, processes))
     try:
         desired = agent_services.heartbeat(agent=agent, processes=processes)
     except NodeTokenRevoked:
         return None  # rolled back, and forgotten here: the view answers the 401
-    if not again:
-        agent_services.report_gpu_samples(agent=agent, samples=samples)
-    hold = (
-        desired.follow_up
-        and not desired.starts
-        and not desired.stops
-        and not again
-        and triggers.trigger_mode() == "celery"
-    )
+    agent_services.report_gpu_samples(agent=agent, samples=samples)
+    hold = desired.follow_up and not desired.starts and not desired.stops and triggers.trigger_mode() == "celery"
+    if not hold:
+        return QuickAnswer(_rendered(desired))
+    return QuickAnswer(_rendered(desired), agent.node.pk, _held(agent, processes))
+
+
+def answer_held(beat: HeldBeat) -> QuickAnswer | None:
+    """The held beat's answer anew (the same beat once more, as `quick_beat(again=True)`), from
+    what its first answer read: in the drain benchmark of issue 25 a third of the beats were held
+    and answered twice. None when its token was revoked meanwhile (the first answer then goes)."""
+    try:
+        desired = agent_services.heartbeat(agent=beat.agent, processes=beat.processes)
+    except NodeTokenRevoked:
+        return None
+    return QuickAnswer(_rendered(desired))
+
+
+def _held(agent: NodeAgent, processes: list[agent_services.ProcessReport]) -> HeldBeat:
+    return HeldBeat(agent, tuple(dataclasses.replace(report, log=(), log_truncated=False) for report in processes))
+
+
+def _rendered(desired: agent_services.Desired) -> bytes:
     answer: bytes = JSONRenderer().render(_desired_body(desired))
-    return QuickAnswer(answer, agent.node.pk if hold else None)
+    return answer

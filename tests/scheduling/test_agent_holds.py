@@ -20,6 +20,7 @@ from console.asgi import django_asgi_app
 from quotas.models import Node, NodeState
 from quotas.node_agents import issue_node_token
 from scheduling import triggers
+from scheduling.api import agent_quick
 from scheduling.api.agent_quick import quick_beat
 from scheduling.lock import redis_client
 from scheduling.models import Job, JobLog, JobState
@@ -116,10 +117,14 @@ def test_a_held_beat_is_looked_for_off_the_event_loop_which_sleeps_until_it_goes
 
 @pytest.mark.django_db(transaction=True)
 def test_the_beat_that_ends_a_job_carries_the_start_the_next_cycle_placed(
-    agent_cluster: Cluster, settings: Any
+    agent_cluster: Cluster, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Through the route, with the cycle run by the Celery task as a worker would while the beat
-    is held: the exit beat's one answer carries the start of the job that waited for its GPUs."""
+    is held: the exit beat's one answer carries the start of the job that waited for its GPUs.
+    The beat is read once: its second answer starts from the first's reading of it."""
+    read: list[Any] = []
+    accept = agent_quick.accept_beat
+    monkeypatch.setattr(agent_quick, "accept_beat", lambda body: read.append(body) or accept(body))
     Node.objects.exclude(name="gpu-1").update(state=NodeState.CORDONED)
     gpus = Node.objects.get(name="gpu-1").gpus
     first = _submit(agent_cluster, "first", gpus=gpus, command="true")
@@ -158,6 +163,7 @@ def test_the_beat_that_ends_a_job_carries_the_start_the_next_cycle_placed(
     assert [s["job"] for s in answer["starts"]] == [waiting.pk]
     assert answer["heartbeat_seconds"] == float(settings.AGENT_HEARTBEAT_SECONDS)
     assert JobLog.objects.get(job_id=first.pk).lines == ["done"]  # the beat ran twice, its log once
+    assert len(read) == 2  # the first beat's, and the exit beat's once
 
 
 @pytest.mark.django_db(transaction=True)
