@@ -21,6 +21,7 @@ from quotas.models import Node, NodeState
 from quotas.node_agents import issue_node_token
 from scheduling import triggers
 from scheduling.api import agent_quick
+from scheduling.api.agent import accept_beat
 from scheduling.api.agent_quick import quick_beat
 from scheduling.lock import redis_client
 from scheduling.models import Job, JobLog, JobState
@@ -106,7 +107,7 @@ def test_a_held_beat_is_looked_for_off_the_event_loop_which_sleeps_until_it_goes
             woken[0] += 1
             return wake(*args, **kwargs)
 
-        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign,assignment]
         placed = await CycleHolds(poll_seconds=0.02).until_placed(NODE, 0.4)
         return placed, woken[0]
 
@@ -123,8 +124,12 @@ def test_the_beat_that_ends_a_job_carries_the_start_the_next_cycle_placed(
     is held: the exit beat's one answer carries the start of the job that waited for its GPUs.
     The beat is read once: its second answer starts from the first's reading of it."""
     read: list[Any] = []
-    accept = agent_quick.accept_beat
-    monkeypatch.setattr(agent_quick, "accept_beat", lambda body: read.append(body) or accept(body))
+
+    def accept(body: Any) -> Any:
+        read.append(body)
+        return accept_beat(body)
+
+    monkeypatch.setattr(agent_quick, "accept_beat", accept)
     Node.objects.exclude(name="gpu-1").update(state=NodeState.CORDONED)
     gpus = Node.objects.get(name="gpu-1").gpus
     first = _submit(agent_cluster, "first", gpus=gpus, command="true")
