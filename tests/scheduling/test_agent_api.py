@@ -293,6 +293,12 @@ def test_a_process_first_reported_exited_ends_its_job_without_a_row_written(agen
         JobEventKind.STARTED,
         JobEventKind.FINISHED,
     ]
+    # The start's event, written as a plain row (scheduling.bulk) as the model's were.
+    started = JobEvent.objects.get(job=job, kind=JobEventKind.STARTED)
+    finished = JobEvent.objects.get(job=job, kind=JobEventKind.FINISHED)
+    assert started.message == f"replica 0 started on {node} (pid 4242)"
+    assert (started.rule, started.beneficiary_id) == ("", None)
+    assert started.at <= finished.at and started.pk < finished.pk
     assert answer["starts"] == [] and answer["stops"] == []
     assert not AgentProcess.objects.filter(job=job).exists()
     writes = [q["sql"] for q in beat.captured_queries if q["sql"].split()[0] in ("INSERT", "UPDATE", "DELETE")]
