@@ -55,7 +55,7 @@ logger = logging.getLogger(__name__)
 # How many of the log's last lines go into the event of a failed job.
 FAILURE_LOG_LINES = 20
 # The started events' columns, written as plain rows (scheduling.bulk), as the job ends' are: as
-# model instances through bulk_create, building and compiling them was 8 % of the web processes'
+# model instances through bulk_create, building and compiling them was 4-8 % of the web processes'
 # Python time in the drain benchmark of issue 25 (an exit beat of a short job writes its start too).
 _EVENT_COLUMNS = ("job_id", "kind", "at", "rule", "beneficiary_id", "message")
 
