@@ -132,9 +132,14 @@ finally:
 def cpu_seconds(process: psutil.Process) -> float:
     """The agent's own CPU to the nanosecond (schedstat: one thread, the agent's only one) and its
     reaped children's (in clock ticks: an idle beat's millisecond is under one tick)."""
+    return sum(cpu_split(process))
+
+
+def cpu_split(process: psutil.Process) -> tuple[float, float]:
+    """cpu_seconds' two parts: the agent's own, and its reaped children's (the job wrappers)."""
     times = process.cpu_times()
     own = int(Path(f"/proc/{process.pid}/schedstat").read_text().split()[0]) / 1e9
-    return own + float(times.children_user + times.children_system)
+    return own, float(times.children_user + times.children_system)
 
 
 def main() -> int:
@@ -177,15 +182,18 @@ def main() -> int:
                 stand_in.beats - beats,
                 time.monotonic() - began,
             )
-            beats, cpu, began = stand_in.beats, cpu_seconds(watched), time.monotonic()
+            beats, (own, children), began = stand_in.beats, cpu_split(watched), time.monotonic()
             stand_in.give(args.jobs)
             stand_in.all_ended.wait()
             wall = time.monotonic() - began
-            spent, drain_beats = cpu_seconds(watched) - cpu, stand_in.beats - beats
+            own_after, children_after = cpu_split(watched)
+            own, children = own_after - own, children_after - children
+            spent, drain_beats = own + children, stand_in.beats - beats
             print(
                 f"round {round_number}: idle {idle_cpu / idle_wall * 1000:.2f} ms a second, "
                 f"{idle_cpu / max(1, idle_beats) * 1000:.2f} ms a beat ({idle_beats} beats); "
-                f"drain of {args.jobs} jobs in {wall:.1f} s: {spent * 1000 / args.jobs:.2f} ms of CPU a job, "
+                f"drain of {args.jobs} jobs in {wall:.1f} s: {spent * 1000 / args.jobs:.2f} ms of CPU a job "
+                f"(the agent {own * 1000 / args.jobs:.2f}, its children {children * 1000 / args.jobs:.2f}), "
                 f"{drain_beats} beats ({spent * 1000 / max(1, drain_beats):.2f} ms a beat); "
                 f"load {os.getloadavg()[0]:.2f}",
                 flush=True,

@@ -28,6 +28,7 @@ from gqc.node_agent import LOG_LINES_PER_BEAT as LOG_LINES_PER_BEAT
 from gqc.node_agent import SET_ASIDE as SET_ASIDE
 from gqc.node_agent import Agent as Agent
 from gqc.node_agent import beat_delay as beat_delay
+from gqc.replica_process import inherited_descriptors_closed_on_exec
 from gqc.replicas import _alive as _alive
 from gqc.replicas import _start_time as _start_time
 
@@ -75,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NvmlUnavailable as error:
         print(f"agent: {error}.", file=sys.stderr)
         return 2
+    inherited_descriptors_closed_on_exec()  # the jobs it starts get none of the launcher's descriptors
     Agent(server=arguments.server, node=arguments.node, token=token, gpus=gpus, state_dir=state_dir).run()
     return 0
 

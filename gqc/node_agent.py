@@ -13,11 +13,10 @@ from the registration answer), and a directory of another identity is not truste
 are reported once at registration for the console to decide (keep or stop), and its done list is
 set aside (`set-aside/`), with one log line. A start it does not carry out is logged once, with why.
 
-Each replica runs as `sh -c COMMAND` under a small `sh` wrapper in a session of its own
-(`start_new_session`): the wrapper waits for the command even through SIGTERM (a trap with a
-command defers to the foreground job, and is reset to the default in the command itself) and
-writes its exit code to a file, so the code survives a restart of the agent. A stop is SIGTERM to
-the process group, then SIGKILL once the grace has passed.
+Each replica runs in a subshell of a small `sh` wrapper in a session of its own, which waits for
+it even through SIGTERM and writes its exit code to a file, so the code survives a restart of the
+agent (gqc/replica_process.py). A stop is SIGTERM to the process group, then SIGKILL once the grace
+has passed.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +36,7 @@ from gqc.gpus import Gpus
 from gqc.pace import BEAT_JITTER as BEAT_JITTER
 from gqc.pace import EXIT_GATHER_SECONDS, IDLE_SECONDS, POLL_SECONDS
 from gqc.pace import beat_delay as beat_delay
+from gqc.replica_process import read_small, reap, spawn, wrapper_script, write_new
 from gqc.replicas import LOG_LINES_PER_BEAT as LOG_LINES_PER_BEAT
 from gqc.replicas import Replica, _alive, _start_time, child_wakeups, new_log
 
@@ -54,11 +53,6 @@ IDENTITY_FILE = "identity.json"
 SET_ASIDE = "set-aside"
 # The exit code reported for a process that vanished without one (killed with its wrapper).
 EXIT_UNKNOWN = 255
-# The wrapper: waits for the command through SIGTERM (deferred trap), then records its exit code.
-# Written in place, without a rename: the agent reads the file only once the wrapper has exited,
-# so it never sees half of it (an `mv` was one more exec a job, about 1 ms of CPU); a file left
-# empty by a wrapper killed while writing reads as no record.
-WRAPPER = 'trap ":" TERM INT HUP; sh -c "$0"; code=$?; printf "%s\\n" "$code" > "$1"; exit $code'
 
 
 class Agent:
@@ -75,14 +69,21 @@ class Agent:
         """`client`: an httpx client to talk through instead of the agent's own link (tests)."""
         self.node = node
         self.gpus = gpus
-        self.state_dir = state_dir
-        self.replicas_dir = state_dir / "replicas"
-        self.logs_dir = state_dir / "logs"
+        # Absolute: the wrapper runs there, and the paths it is given are from there.
+        self.state_dir = state_dir.absolute()
+        self.replicas_dir = self.state_dir / "replicas"
+        self.logs_dir = self.state_dir / "logs"
         for folder in (self.replicas_dir, self.logs_dir):
             folder.mkdir(parents=True, exist_ok=True)
+        # The state directory's paths as text, made once: pathlib's joins were a tenth of a job's CPU.
+        self._root, self._replicas, self._logs = str(self.state_dir), str(self.replicas_dir), str(self.logs_dir)
         self.link: ConsoleLink = HttpxLink(client) if client is not None else open_link(server, token)
         self.heartbeat_seconds = 2.0
-        self.children: dict[int, subprocess.Popen[bytes]] = {}
+        # The agent's environment, copied once: reading os.environb name by name cost each start
+        # 0.1 ms, and nothing in the agent changes its own environment.
+        self._own_environment = dict(os.environb)
+        # The pids of the processes this agent started and has not reaped yet, by replica.
+        self.children: dict[int, int] = {}
         self.held: dict[int, Replica] = {}
         self.done: list[int] = self._load_done()
         self._done_ids = set(self.done)  # `in self.done` at each start would walk 10,000 ids
@@ -97,22 +98,27 @@ class Agent:
 
     # --- the state directory ---
 
-    def _path(self, replica: int) -> Path:
-        return self.replicas_dir / f"{replica}.json"
+    def _path(self, replica: int) -> str:
+        return f"{self._replicas}/{replica}.json"
 
-    def _exit_path(self, replica: int) -> Path:
-        return self.replicas_dir / f"{replica}.exit"
+    def _exit_path(self, replica: int) -> str:
+        return f"{self._replicas}/{replica}.exit"
 
-    def _log_path(self, replica: Replica | int, job: int | None = None) -> Path:
+    def _log_path(self, replica: Replica | int, job: int | None = None) -> str:
         if isinstance(replica, Replica):
-            return self.logs_dir / f"{replica.job}-{replica.replica}.log"
-        return self.logs_dir / f"{job}-{replica}.log"
+            return f"{self._logs}/{replica.job}-{replica.replica}.log"
+        return f"{self._logs}/{job}-{replica}.log"
 
-    def _save(self, replica: Replica) -> None:
+    def _save(self, replica: Replica, *, new: bool = False) -> None:
+        """Write the replica's state file: a new one directly, a rewrite through a temporary file
+        and a rename, so that a restart finds the old or the new record, never half of one."""
+        data = json.dumps(vars(replica)).encode()  # the fields in order, as asdict gives them
         path = self._path(replica.replica)
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(vars(replica)))  # the fields in order, as asdict gives them
-        os.replace(temporary, path)
+        if new:
+            write_new(path, data)
+            return
+        write_new(f"{self._replicas}/{replica.replica}.tmp", data)
+        os.replace(f"{self._replicas}/{replica.replica}.tmp", path)
 
     def _load_done(self) -> list[int]:
         try:
@@ -138,16 +144,16 @@ class Agent:
         grace = float(registration.get("stop_grace_seconds", 10.0))
         previous = f"console {self.owner[0]} node {self.owner[1]}" if self.owner[0] else "no console recorded"
         aside = self.state_dir / SET_ASIDE / f"{time.strftime('%Y%m%dT%H%M%S')}-{self.owner[0] or 'unrecorded'}"
-        moved = [self.state_dir / "done.json"] if self.done else []
+        moved = [f"{self._root}/done.json"] if self.done else []
         left = [r for r in self.held.values() if r.replica not in kept]
         for replica in left:
             del self.held[replica.replica]
             self.children.pop(replica.replica, None)
             moved += [self._path(replica.replica), self._exit_path(replica.replica), self._log_path(replica)]
         for path in moved:
-            if path.exists():
+            if os.path.exists(path):
                 aside.mkdir(parents=True, exist_ok=True)
-                os.replace(path, aside / path.name)
+                os.replace(path, aside / os.path.basename(path))
         # Stopped after their files moved: a wrapper that records its code now leaves it in
         # replicas/, where start() clears it before this console's replica of that id runs.
         stopped = 0
@@ -200,13 +206,12 @@ class Agent:
         if len(self.done) > DONE_REMEMBERED:
             self._done_ids.difference_update(self.done[:-DONE_REMEMBERED])
             del self.done[:-DONE_REMEMBERED]
-        temporary = self.state_dir / "done.tmp"
-        temporary.write_text(json.dumps(self.done))
-        os.replace(temporary, self.state_dir / "done.json")
+        write_new(f"{self._root}/done.tmp", json.dumps(self.done).encode())
+        os.replace(f"{self._root}/done.tmp", f"{self._root}/done.json")
         for replica in replicas:
             for path in (self._path(replica.replica), self._exit_path(replica.replica), self._log_path(replica)):
                 with contextlib.suppress(OSError):
-                    path.unlink()
+                    os.unlink(path)
 
     def _adopt(self) -> None:
         """After a restart: the replicas in the state directory, alive ones adopted, others exited."""
@@ -224,27 +229,25 @@ class Agent:
 
     # --- processes ---
 
-    def _record_exit(self, replica: Replica) -> None:
+    def _record_exit(self, replica: Replica, waited: int | None = None) -> None:  # waited: as reaped
         if replica.exit_code is not None:
             return
-        child = self.children.get(replica.replica)
-        waited = child.poll() if child is not None else None
         code: int
         try:
             # The wrapper's record: sh's code, 128 + N for a command that signal N ended. It stays
             # until the console has the exit, so a restart reads it again: no state file rewrite.
-            code = int(self._exit_path(replica.replica).read_text().strip())
+            code = int(read_small(self._exit_path(replica.replica)).strip())
             replica.exit_code = code
         except (OSError, ValueError):
-            # No record: the wrapper died with the group (SIGKILL), or vanished while no agent watched.
+            # No record: the wrapper died with the group (SIGKILL), its command did not parse (its
+            # own code, 2, as reaped), or it vanished while no agent watched.
             code = waited if waited is not None else (-signal.SIGKILL if replica.killed else EXIT_UNKNOWN)
             replica.exit_code = code
             self._save(replica)
         logger.info("replica %s of job %s exited with %s", replica.replica, replica.job, code)
 
     def _environment(self, start: dict[str, Any]) -> dict[bytes, bytes]:
-        """The agent's environment, the job's over it, the devices' over both. In bytes: subprocess
-        encodes a str environment name by name at every start (a third of a start's own CPU)."""
+        """The agent's environment, the job's over it, the devices' over both. In bytes, as exec takes it."""
         fraction = float(start.get("fraction", 1.0))
         job = {str(k): str(v) for k, v in start.get("environment", {}).items()}
         job["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in start["gpus"])
@@ -257,7 +260,7 @@ class Agent:
             job["GPU_QUOTA_MEMORY_MIB"] = str(int(self.device_memory.get(device, 0) * fraction))
             if os.environ.get("CUDA_MPS_PIPE_DIRECTORY"):
                 job["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, round(fraction * 100)))
-        environment = dict(os.environb)
+        environment = self._own_environment.copy()
         environment.update((os.fsencode(name), os.fsencode(value)) for name, value in job.items())
         return environment
 
@@ -269,20 +272,13 @@ class Agent:
             # Reported exited and forgotten by this console's record: starting it again would run it twice.
             self._decline(replica_id, job, "it ran here and finished before (the state directory's done list)")
             return
-        log = self._log_path(replica_id, job)
         try:
             # A code left by a process of a state set aside (the same id from another console) is not this one's.
-            self._exit_path(replica_id).unlink(missing_ok=True)
-            with open(log, "ab") as output:
-                child = subprocess.Popen(  # the console's command, with sh -c (AGENT.md)
-                    ["sh", "-c", WRAPPER, str(start["command"]), str(self._exit_path(replica_id))],
-                    stdin=subprocess.DEVNULL,
-                    stdout=output,
-                    stderr=subprocess.STDOUT,
-                    env=self._environment(start),
-                    cwd=str(self.state_dir),
-                    start_new_session=True,
-                )
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._exit_path(replica_id))
+            # The console's command, run as `sh -c` runs it (AGENT.md), in the state directory.
+            script = wrapper_script(str(start["command"]), self._root, f"replicas/{replica_id}.exit")
+            pid = spawn(script, self._environment(start), self._log_path(replica_id, job))
         except OSError as error:
             # Asked again at each beat, tried again each time; the console gives up after a few beats.
             self._decline(replica_id, job, f"cannot start its process ({error})")
@@ -290,17 +286,17 @@ class Agent:
         replica = Replica(
             replica=replica_id,
             job=int(start["job"]),
-            pid=child.pid,
-            started=_start_time(child.pid) or "",
+            pid=pid,
+            started=_start_time(pid) or "",
             gpus=[int(i) for i in start["gpus"]],
         )
-        self.children[replica_id] = child
+        self.children[replica_id] = pid
         self.held[replica_id] = replica
         try:
-            self._save(replica)
+            self._save(replica, new=True)
         except OSError as error:
             logger.warning("replica %s runs, but a restarted agent will not know it: %s", replica_id, error)
-        logger.info("started replica %s of job %s (pid %s)", replica_id, replica.job, child.pid)
+        logger.info("started replica %s of job %s (pid %s)", replica_id, replica.job, pid)
 
     def stop(self, stop: dict[str, Any]) -> None:
         replica = self.held.get(int(stop["replica"]))
@@ -331,11 +327,18 @@ class Agent:
             if replica.exit_code is not None:
                 continue
             child = self.children.get(replica.replica)
-            alive = child.poll() is None if child is not None else _alive(replica.pid, replica.started)
-            if not alive:
+            if child is not None:
+                ended, waited = reap(child)
+                if ended:
+                    del self.children[replica.replica]
+                    self._record_exit(replica, waited)
+                    exited = True
+                    continue
+            elif not _alive(replica.pid, replica.started):
                 self._record_exit(replica)
                 exited = True
-            elif replica.stop_deadline is not None and now >= replica.stop_deadline and not replica.killed:
+                continue
+            if replica.stop_deadline is not None and now >= replica.stop_deadline and not replica.killed:
                 replica.killed = True
                 self._save(replica)
                 self._signal(replica, signal.SIGKILL)

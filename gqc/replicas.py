@@ -33,31 +33,40 @@ class Replica:
     exit_code: int | None = None
 
 
-def _start_time(pid: int) -> str | None:
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields from the third (the state) on, or None when there is no such process."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        descriptor = os.open(f"/proc/{pid}/stat", os.O_RDONLY)  # one read, without open()'s layers
     except OSError:
         return None
+    try:
+        stat = os.read(descriptor, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
     # The command name (field 2) may hold spaces and parentheses: count from the last ')'.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return fields[19] if len(fields) > 19 else None  # field 22: starttime
+    return stat[stat.rindex(b")") + 2 :].decode().split()
+
+
+def _start_time(pid: int) -> str | None:
+    fields = _stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None  # field 22: starttime
 
 
 def _alive(pid: int, started: str) -> bool:
-    stat = Path(f"/proc/{pid}/stat")
-    try:
-        state = stat.read_text()
-    except OSError:
-        return False
-    if state[state.rindex(")") + 2 :].startswith("Z"):
-        return False  # a zombie has exited; its parent reaps it
-    return _start_time(pid) == started
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] == "Z":
+        return False  # gone, or a zombie: it has exited, and its parent reaps it
+    return len(fields) > 19 and fields[19] == started
 
 
-def new_log(path: Path, replica: Replica) -> tuple[list[str], bool, int]:
+def new_log(path: str | Path, replica: Replica) -> tuple[list[str], bool, int]:
     """The lines of the replica's log (at `path`) written since the last beat (bounded), whether
     some were dropped, and the new offset."""
     try:
+        if os.stat(path).st_size <= replica.log_offset:
+            return [], False, replica.log_offset  # nothing new: no open, no read (most beats)
         with open(path, "rb") as log:
             log.seek(replica.log_offset)
             chunk = log.read(LOG_BYTES_PER_BEAT)
