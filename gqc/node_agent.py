@@ -36,7 +36,7 @@ from gqc.gpus import Gpus
 from gqc.pace import BEAT_JITTER as BEAT_JITTER
 from gqc.pace import EXIT_GATHER_SECONDS, IDLE_SECONDS, POLL_SECONDS
 from gqc.pace import beat_delay as beat_delay
-from gqc.replica_process import read_small, reap, spawn, wrapper_script, write_new
+from gqc.replica_process import SpareFiles, job_environment, read_small, reap, spawn, wrapper_script, write_new
 from gqc.replicas import LOG_LINES_PER_BEAT as LOG_LINES_PER_BEAT
 from gqc.replicas import Replica, _alive, _start_time, child_wakeups, new_log
 
@@ -77,6 +77,7 @@ class Agent:
             folder.mkdir(parents=True, exist_ok=True)
         # The state directory's paths as text, made once: pathlib's joins were a tenth of a job's CPU.
         self._root, self._replicas, self._logs = str(self.state_dir), str(self.replicas_dir), str(self.logs_dir)
+        self._spares = SpareFiles(f"{self._root}/spare")  # state and exit-code files used again
         self.link: ConsoleLink = HttpxLink(client) if client is not None else open_link(server, token)
         self.heartbeat_seconds = 2.0
         # The agent's environment, copied once: reading os.environb name by name cost each start
@@ -115,6 +116,7 @@ class Agent:
         data = json.dumps(vars(replica)).encode()  # the fields in order, as asdict gives them
         path = self._path(replica.replica)
         if new:
+            self._spares.take(path)
             write_new(path, data)
             return
         write_new(f"{self._replicas}/{replica.replica}.tmp", data)
@@ -150,8 +152,8 @@ class Agent:
             del self.held[replica.replica]
             self.children.pop(replica.replica, None)
             moved += [self._path(replica.replica), self._exit_path(replica.replica), self._log_path(replica)]
-        for path in moved:
-            if os.path.exists(path):
+        for path in moved:  # an exit-code file still empty (its wrapper runs) holds nothing to keep
+            if os.path.exists(path) and (os.path.getsize(path) or not path.endswith(".exit")):
                 aside.mkdir(parents=True, exist_ok=True)
                 os.replace(path, aside / os.path.basename(path))
         # Stopped after their files moved: a wrapper that records its code now leaves it in
@@ -209,9 +211,12 @@ class Agent:
         write_new(f"{self._root}/done.tmp", json.dumps(self.done).encode())
         os.replace(f"{self._root}/done.tmp", f"{self._root}/done.json")
         for replica in replicas:
-            for path in (self._path(replica.replica), self._exit_path(replica.replica), self._log_path(replica)):
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
+            with contextlib.suppress(OSError):
+                self._spares.put(self._path(replica.replica))
+            with contextlib.suppress(OSError):
+                self._spares.put(self._exit_path(replica.replica))
+            with contextlib.suppress(OSError):
+                os.unlink(self._log_path(replica))
 
     def _adopt(self) -> None:
         """After a restart: the replicas in the state directory, alive ones adopted, others exited."""
@@ -246,24 +251,6 @@ class Agent:
             self._save(replica)
         logger.info("replica %s of job %s exited with %s", replica.replica, replica.job, code)
 
-    def _environment(self, start: dict[str, Any]) -> dict[bytes, bytes]:
-        """The agent's environment, the job's over it, the devices' over both. In bytes, as exec takes it."""
-        fraction = float(start.get("fraction", 1.0))
-        job = {str(k): str(v) for k, v in start.get("environment", {}).items()}
-        job["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in start["gpus"])
-        # The indices are NVML's, which go in PCI bus order; CUDA's own order puts the fastest
-        # device first, so on a host of mixed GPUs index 1 would be another device to CUDA.
-        job["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        if fraction < 1:
-            job["GPU_QUOTA_FRACTION"] = f"{fraction:g}"
-            device = start["gpus"][0] if start["gpus"] else 0
-            job["GPU_QUOTA_MEMORY_MIB"] = str(int(self.device_memory.get(device, 0) * fraction))
-            if os.environ.get("CUDA_MPS_PIPE_DIRECTORY"):
-                job["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, round(fraction * 100)))
-        environment = self._own_environment.copy()
-        environment.update((os.fsencode(name), os.fsencode(value)) for name, value in job.items())
-        return environment
-
     def start(self, start: dict[str, Any]) -> None:
         replica_id, job = int(start["replica"]), int(start["job"])
         if replica_id in self.held:
@@ -273,12 +260,13 @@ class Agent:
             self._decline(replica_id, job, "it ran here and finished before (the state directory's done list)")
             return
         try:
-            # A code left by a process of a state set aside (the same id from another console) is not this one's.
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._exit_path(replica_id))
+            # An empty file for the wrapper's code, in place of one a process of a state set aside
+            # (the same id from another console) left: that code is not this one's.
+            self._spares.take(self._exit_path(replica_id))
             # The console's command, run as `sh -c` runs it (AGENT.md), in the state directory.
             script = wrapper_script(str(start["command"]), self._root, f"replicas/{replica_id}.exit")
-            pid = spawn(script, self._environment(start), self._log_path(replica_id, job))
+            environment = job_environment(self._own_environment, start, self.device_memory)
+            pid = spawn(script, environment, self._log_path(replica_id, job))
         except OSError as error:
             # Asked again at each beat, tried again each time; the console gives up after a few beats.
             self._decline(replica_id, job, f"cannot start its process ({error})")
