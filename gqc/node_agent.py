@@ -77,7 +77,7 @@ class Agent:
             folder.mkdir(parents=True, exist_ok=True)
         # The state directory's paths as text, made once: pathlib's joins were a tenth of a job's CPU.
         self._root, self._replicas, self._logs = str(self.state_dir), str(self.replicas_dir), str(self.logs_dir)
-        self._spares = SpareFiles(f"{self._root}/spare")  # state and exit-code files used again
+        self._spares = SpareFiles(self._replicas)  # state and exit-code files used again
         self.link: ConsoleLink = HttpxLink(client) if client is not None else open_link(server, token)
         self.heartbeat_seconds = 2.0
         # The agent's environment, copied once: reading os.environb name by name cost each start

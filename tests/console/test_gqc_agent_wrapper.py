@@ -100,13 +100,21 @@ def test_the_state_and_exit_files_of_forgotten_replicas_are_used_again(tmp_path:
         agent.start(_start(replica, f"exit {replica}"))
     assert [_wait_exit(agent, replica) for replica in (1, 2)] == [1, 2]
     agent.beat()  # reported; the console has them: forgotten
-    spares = tmp_path / "spare"
-    assert sorted(p.name for p in spares.iterdir()) == ["1.exit", "1.json", "2.exit", "2.json"]
-    assert all(p.stat().st_size == 0 for p in spares.iterdir())
-    inodes = {p.stat().st_ino for p in spares.iterdir()}
+    replicas = tmp_path / "replicas"
+    assert sorted(p.name for p in replicas.iterdir()) == [
+        "1.exit.spare",
+        "1.json.spare",
+        "2.exit.spare",
+        "2.json.spare",
+    ]
+    assert all(p.stat().st_size == 0 for p in replicas.iterdir())
+    inodes = {p.stat().st_ino for p in replicas.iterdir()}
     agent.start(_start(3, "sleep 0.2; exit 6"))
-    state, code = tmp_path / "replicas" / "3.json", tmp_path / "replicas" / "3.exit"
+    state, code = replicas / "3.json", replicas / "3.exit"
     assert {state.stat().st_ino, code.stat().st_ino} <= inodes  # renamed spares, no new files
     assert code.read_text() == ""  # no record until the wrapper writes one
     assert _wait_exit(agent, 3) == 6
-    assert len(list(spares.iterdir())) == 2
+    assert len(list(replicas.glob("*.spare"))) == 2
+    # A restarted agent finds the spares and adopts none of them as a replica.
+    restarted = _agent(tmp_path)
+    assert sorted(restarted.held) == [3] and len(restarted._spares.names) == 2
