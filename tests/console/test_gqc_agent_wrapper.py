@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,8 @@ from typing import Any
 import httpx
 
 from gqc.agent import Agent, FakeGpus
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _agent(tmp_path: Path) -> Agent:
@@ -118,3 +122,18 @@ def test_the_state_and_exit_files_of_forgotten_replicas_are_used_again(tmp_path:
     # A restarted agent finds the spares and adopts none of them as a replica.
     restarted = _agent(tmp_path)
     assert sorted(restarted.held) == [3] and len(restarted._spares.names) == 2
+
+
+def test_descriptors_the_agent_inherited_do_not_reach_its_jobs() -> None:
+    # posix_spawn passes every inheritable descriptor on, where Popen closed them; the agent's
+    # command marks what its launcher left open close-on-exec first.
+    probe = (
+        "import os\n"
+        "from gqc.replica_process import inherited_descriptors_closed_on_exec\n"
+        "read, write = os.pipe()\n"
+        "os.set_inheritable(write, True)\n"
+        "inherited_descriptors_closed_on_exec()\n"
+        "print(os.get_inheritable(write), os.get_inheritable(1))\n"
+    )
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert shown.stdout == "False True\n"
