@@ -12,7 +12,8 @@ divided by that. Every job is a real process on both sides:
     its slurmds run them; the drain ends when squeue lists none of them pending, running or
     completing.
 (b) the console through the `slurm` executor: the same Slurm cluster (started afresh), the
-    console (web, worker, beat: `console.launcher serve`) with SLURM_CONF set; the jobs are
+    console (web, worker, beat: `console.launcher serve`, DEBUG off as a site runs it) with
+    SLURM_CONF set; the fillers are cancelled in one transaction (Slurm's in one scancel); the jobs are
     submitted to the console (submit_jobs, as the API's bulk submit does), which decides and
     sbatch'es each admitted one pinned to its node; the drain ends when the console has every
     job succeeded.
