@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 
@@ -53,7 +54,9 @@ def test_unhealthy_when_the_worker_went_quiet_over_a_minute_ago(client: Client, 
     redis.Redis.from_url(private_redis.url).set(HEARTBEAT_KEY.format(role="worker"), repr(time.time() - 75))
     status, body = _health(client)
     assert status == 503
-    assert body["worker"] == "missing: last heartbeat 75 s ago"
+    # The age is read when the request runs: on a loaded machine a second or two after the write.
+    said = re.fullmatch(r"missing: last heartbeat (\d+) s ago", body["worker"])
+    assert said is not None and 75 <= int(said[1]) < 80, body["worker"]
 
 
 @pytest.mark.django_db
