@@ -46,6 +46,7 @@ class StandIn:
     def __init__(self, gpus: int, heartbeat: float) -> None:
         self.gpus = gpus
         self.heartbeat = heartbeat
+        self.pace: dict[str, float] = {"heartbeat_seconds": heartbeat}  # in every answer
         self.lock = threading.Lock()
         self.holding: dict[int, int] = {}  # replica -> GPU index
         self.next_replica = 1
@@ -84,7 +85,7 @@ class StandIn:
                         "fraction": 1.0,
                     }
                 )
-            return {"starts": starts, "stops": [], "heartbeat_seconds": self.heartbeat}
+            return {"starts": starts, "stops": [], **self.pace}
 
 
 def serve(stand_in: StandIn) -> ThreadingHTTPServer:
@@ -94,7 +95,7 @@ def serve(stand_in: StandIn) -> ThreadingHTTPServer:
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             if self.path.endswith("/register/"):
-                answer: dict[str, Any] = {"heartbeat_seconds": stand_in.heartbeat, "mismatch": []}
+                answer: dict[str, Any] = {**stand_in.pace, "mismatch": []}
             else:
                 answer = stand_in.answer(body)
             payload = json.dumps(answer).encode()
@@ -148,12 +149,17 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--idle", type=float, default=20.0, help="seconds of beats with nothing to run")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--samples-seconds", type=float, default=5.0, help="the answers' samples_seconds (0: left out, as before)"
+    )
     parser.add_argument("--profile", type=Path, default=None, help="run the agent under cProfile, its stats here")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from gqc.agent import command_line
 
     stand_in = StandIn(args.gpus, heartbeat=2.0)
+    if args.samples_seconds > 0:  # as the console answers (its TELEMETRY_SAMPLE_SECONDS); 0: an older one, silent
+        stand_in.pace["samples_seconds"] = args.samples_seconds
     server = serve(stand_in)
     scratch = Path(tempfile.mkdtemp(prefix="agent-job-cpu-"))
     token = scratch / "token"

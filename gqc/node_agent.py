@@ -34,7 +34,7 @@ from gqc import __version__
 from gqc.console_link import ConsoleLink, ConsoleUnreachable, HttpxLink, open_link
 from gqc.gpus import Gpus
 from gqc.pace import BEAT_JITTER as BEAT_JITTER
-from gqc.pace import EXIT_GATHER_SECONDS, IDLE_SECONDS, POLL_SECONDS
+from gqc.pace import EXIT_GATHER_SECONDS, IDLE_SECONDS, POLL_SECONDS, ReadingsPace
 from gqc.pace import beat_delay as beat_delay
 from gqc.replica_process import SpareFiles, job_environment, read_small, reap, spawn, wrapper_script, write_new
 from gqc.replicas import LOG_LINES_PER_BEAT as LOG_LINES_PER_BEAT
@@ -80,6 +80,7 @@ class Agent:
         self._spares = SpareFiles(self._replicas)  # state and exit-code files used again
         self.link: ConsoleLink = HttpxLink(client) if client is not None else open_link(server, token)
         self.heartbeat_seconds = 2.0
+        self.readings = ReadingsPace()  # which beats carry the GPUs' readings
         # The agent's environment, copied once: reading os.environb name by name cost each start
         # 0.1 ms, and nothing in the agent changes its own environment.
         self._own_environment = dict(os.environb)
@@ -348,8 +349,10 @@ class Agent:
             else:
                 entry.update(state="exited", exit_code=max(-255, min(255, replica.exit_code)))
             processes.append(entry)
-        busy = {i for r in self.held.values() if r.exit_code is None for i in r.gpus}
-        body = {"node": self.node, "processes": processes, "samples": self.gpus.samples(busy)}
+        body: dict[str, Any] = {"node": self.node, "processes": processes}
+        if self.readings.due(time.monotonic()):  # otherwise the key is left out (it is optional)
+            busy = {i for r in self.held.values() if r.exit_code is None for i in r.gpus}
+            body["samples"] = self.gpus.samples(busy)
         return body, offsets
 
     def register(self) -> dict[str, Any]:
@@ -367,6 +370,7 @@ class Agent:
             },
         )
         self.heartbeat_seconds = float(registration.get("heartbeat_seconds", self.heartbeat_seconds))
+        self.readings.follow(registration)
         if registration.get("mismatch"):
             logger.warning("the console cordoned %s: %s", self.node, "; ".join(registration["mismatch"]))
         if "console" in registration:  # a console older than identities keeps the directory as it is
@@ -374,8 +378,11 @@ class Agent:
         return registration
 
     def beat(self) -> dict[str, Any]:
+        taken = time.monotonic()
         body, offsets = self.report()
         desired = self.link.post("/api/v1/agent/heartbeat/", body)
+        if "samples" in body:
+            self.readings.received_at = taken
         # The console has what this beat carried: move the log offsets on, forget the exited.
         recorded = []
         for replica_id, offset in offsets.items():
@@ -390,6 +397,7 @@ class Agent:
         if recorded:
             self._forget(recorded)
         self.heartbeat_seconds = float(desired.get("heartbeat_seconds", self.heartbeat_seconds))
+        self.readings.follow(desired)
         for stop in desired.get("stops", []):
             self.stop(stop)
         for start in desired.get("starts", []):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 # How often the loop looks at processes no SIGCHLD tells it about (adopted after a restart, another
 # console's being stopped) and at stop deadlines. Its own children wake it at once (SIGCHLD), so
@@ -22,3 +23,23 @@ BEAT_JITTER = 0.1
 def beat_delay(heartbeat_seconds: float) -> float:
     """Seconds until the next beat: the heartbeat, give or take BEAT_JITTER of it."""
     return heartbeat_seconds * random.uniform(1 - BEAT_JITTER, 1 + BEAT_JITTER)
+
+
+class ReadingsPace:
+    """How often a beat carries the GPUs' readings. Each reading costs the console a row per GPU,
+    and the agent reading the GPUs and sending them: in every 2 s beat, 2.5 times as often as the
+    console samples its simulated nodes (TELEMETRY_SAMPLE_SECONDS, 5 s). So a console says in its
+    answers (registration and beats) how often it wants them, `samples_seconds`, and a beat carries
+    them once that long has passed since the last the console received: every third beat at 2 s
+    beats and 5 s, or an exit beat in between. A console that does not say (older than the field)
+    gets them in every beat, as before."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0  # 0: in every beat
+        self.received_at: float | None = None  # time.monotonic() of the last the console received
+
+    def due(self, now: float) -> bool:
+        return self.seconds <= 0 or self.received_at is None or now - self.received_at >= self.seconds
+
+    def follow(self, answer: dict[str, Any]) -> None:
+        self.seconds = max(0.0, float(answer.get("samples_seconds", self.seconds)))

@@ -29,6 +29,10 @@ from utilities.json_types import JsonTypedMixin
 _ID_MAX = 2**63 - 1
 # A console's identity is a UUID's 36 characters (quotas.node_agents.installation_identity).
 _CONSOLE_MAX_LENGTH = 36
+_SAMPLES_SECONDS_HELP = (
+    "Send the GPUs' readings (`samples`) in a beat at most this often: TELEMETRY_SAMPLE_SECONDS, "
+    "as the simulated nodes are sampled. A beat without them leaves `samples` out."
+)
 
 
 class AgentDeviceSerializer(JsonTypedMixin, serializers.Serializer[dict[str, Any]]):
@@ -102,6 +106,7 @@ class AgentRegistrationSerializer(serializers.Serializer[dict[str, Any]]):
     mismatch = serializers.ListField(child=serializers.CharField(), help_text="Empty when the host matches.")
     cordoned = serializers.BooleanField(help_text="True when this registration cordoned the node.")
     heartbeat_seconds = serializers.FloatField()
+    samples_seconds = serializers.FloatField(help_text=_SAMPLES_SECONDS_HELP)
     console = serializers.CharField(help_text="This console's identity: the agent keys its state directory by it.")
     node_id = serializers.IntegerField(help_text="The node's identity in this console, with `console`.")
     adopt = serializers.ListField(
@@ -207,6 +212,7 @@ class DesiredSerializer(serializers.Serializer[Any]):
     starts = DesiredStartSerializer(many=True)
     stops = DesiredStopSerializer(many=True)
     heartbeat_seconds = serializers.FloatField()
+    samples_seconds = serializers.FloatField(help_text=_SAMPLES_SECONDS_HELP)
 
 
 def _own_node(request: Request, named: str) -> NodeAgent:
@@ -259,6 +265,7 @@ class AgentRegisterView(_AgentView):
                 "mismatch": registration.mismatch,
                 "cordoned": registration.cordoned,
                 "heartbeat_seconds": float(settings.AGENT_HEARTBEAT_SECONDS),
+                "samples_seconds": float(settings.TELEMETRY_SAMPLE_SECONDS),
                 "console": claim.console,
                 "node_id": claim.node_id,
                 "adopt": claim.adopt,
@@ -393,6 +400,9 @@ def _desired_body(desired: agent_services.Desired) -> dict[str, Any]:
             {"replica": stop.replica, "job": stop.job, "grace_seconds": stop.grace_seconds} for stop in desired.stops
         ],
         "heartbeat_seconds": desired.heartbeat_seconds,
+        # In every answer, not only registration's: a console restarted with another setting
+        # reaches the agents that do not register again.
+        "samples_seconds": float(settings.TELEMETRY_SAMPLE_SECONDS),
     }
 
 

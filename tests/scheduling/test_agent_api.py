@@ -575,3 +575,21 @@ def test_a_sample_beyond_the_bounds_is_a_400_naming_the_field(agent_cluster: Clu
     )
     assert answer.status_code == 400
     assert "utilization" in str(answer.json())
+
+
+def test_the_answers_say_how_often_the_agent_sends_readings_and_a_beat_without_them_stores_none(
+    agent_cluster: Cluster, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    """samples_seconds (TELEMETRY_SAMPLE_SECONDS) in registration's answer and in every beat's:
+    the agent sends its GPUs' readings at most that often (gqc.pace.ReadingsPace) and leaves
+    `samples` out of the beats in between."""
+    from telemetry.models import GpuSample
+
+    settings.TELEMETRY_SAMPLE_SECONDS = 7.5
+    client = _node_client(_token("gpu-1"))
+    registration = client.post(REGISTER, {"node": "gpu-1", "gpus": _gpus(8)}, format="json")
+    assert registration.status_code == 200, registration.content
+    assert registration.json()["samples_seconds"] == 7.5
+    with django_capture_on_commit_callbacks(execute=True):
+        assert _beat(client, "gpu-1")["samples_seconds"] == 7.5
+    assert not GpuSample.objects.filter(node_id=Node.objects.get(name="gpu-1").pk).exists()
