@@ -16,7 +16,9 @@ from gqc.agent import Agent, FakeGpus
 from gqc.console_link import ConsoleUnreachable
 
 
-def _agent(state_dir: Path, pace: dict[str, Any], *, down: list[bool] | None = None) -> tuple[Agent, list[dict[str, Any]]]:
+def _agent(
+    state_dir: Path, pace: dict[str, Any], *, down: list[bool] | None = None
+) -> tuple[Agent, list[dict[str, Any]]]:
     """An agent whose console adds `pace` to every answer; the beats it received, in order. While
     `down[0]` is true the console does not answer."""
     beats: list[dict[str, Any]] = []
