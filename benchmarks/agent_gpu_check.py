@@ -448,6 +448,8 @@ def main() -> int:
         {
             "CONSOLE_DEMO": "0",
             "AGENT_HEARTBEAT_SECONDS": str(HEARTBEAT_SECONDS),
+            # Readings in every beat, as before samples_seconds: the idle and busy windows are seconds long.
+            "TELEMETRY_SAMPLE_SECONDS": str(HEARTBEAT_SECONDS),
             "DJANGO_SETTINGS_MODULE": "console.settings",
             "CONSOLE_LOCAL_AGENT": "1" if arguments.local_agent else "0",
             "CONSOLE_LOCAL_AGENT_GPUS": "nvml" if arguments.fake_gpus is None else str(arguments.fake_gpus),

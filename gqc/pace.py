@@ -30,16 +30,18 @@ class ReadingsPace:
     and the agent reading the GPUs and sending them: in every 2 s beat, 2.5 times as often as the
     console samples its simulated nodes (TELEMETRY_SAMPLE_SECONDS, 5 s). So a console says in its
     answers (registration and beats) how often it wants them, `samples_seconds`, and a beat carries
-    them once that long has passed since the last the console received: every third beat at 2 s
-    beats and 5 s, or an exit beat in between. A console that does not say (older than the field)
-    gets them in every beat, as before."""
+    them once that long has passed since the last the console received, less the beats' jitter
+    (BEAT_JITTER of it: at an interval equal to the heartbeat, a beat that came early would skip
+    them): every third beat at 2 s beats and 5 s, or an exit beat in between. A console that does
+    not say (older than the field) gets them in every beat, as before."""
 
     def __init__(self) -> None:
         self.seconds = 0.0  # 0: in every beat
         self.received_at: float | None = None  # time.monotonic() of the last the console received
 
     def due(self, now: float) -> bool:
-        return self.seconds <= 0 or self.received_at is None or now - self.received_at >= self.seconds
+        due_after = self.seconds * (1 - BEAT_JITTER)
+        return self.seconds <= 0 or self.received_at is None or now - self.received_at >= due_after
 
     def follow(self, answer: dict[str, Any]) -> None:
         self.seconds = max(0.0, float(answer.get("samples_seconds", self.seconds)))
