@@ -586,6 +586,12 @@ def drain(
         say(f"({part}) PostgreSQL connections opened over the drain: {opened} ({opened / len(queued):.3f} a job)")
     if statements_of is not None:
         statements_of(datetime.fromtimestamp(began_wall, UTC), datetime.now(UTC))
+    if cluster is None:
+        from telemetry.models import GpuSample
+
+        # The agents' GPU readings the console stored (a row per GPU of each beat that carried them).
+        stored = GpuSample.objects.filter(at__gte=datetime.fromtimestamp(began_wall, UTC)).count()
+        say(f"({part}) GPU readings stored over the drain: {stored} ({stored / len(queued):.2f} a job)")
     counts = states(queued)
     ended = sum(counts.get(str(state), 0) for state in FINAL_STATES)
     why = Job.objects.filter(pk__in=queued, state="failed").values_list("reason_message", flat=True)
