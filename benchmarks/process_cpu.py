@@ -121,6 +121,9 @@ class Census:
                 with contextlib.suppress(psutil.Error):
                     self._kind_of[pid] = (kind, psutil.Process(pid))
 
+    def knows(self, pid: int) -> bool:
+        return pid in self._kind_of
+
     def groups(self) -> dict[str, list[psutil.Process]]:
         now = time.monotonic()
         if self._walked_at is None or now - self._walked_at >= self._rewalk_seconds:

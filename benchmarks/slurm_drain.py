@@ -777,8 +777,20 @@ def part_c(args: argparse.Namespace, scratch: Path) -> Figure:
 
             def cpu_groups() -> dict[str, list[psutil.Process]]:
                 with census_link.cursor() as cursor:
-                    backends = process_cpu.postgres_backend_pids(cursor, database)
-                census.keep_pids({pid: "driver" if pid in drivers else "postgres" for pid in backends})
+                    if not args.postgres_by_client:
+                        backends = process_cpu.postgres_backend_pids(cursor, database)
+                        census.keep_pids({pid: "driver" if pid in drivers else "postgres" for pid in backends})
+                        return census.groups()
+                    cursor.execute("SELECT pid, client_port FROM pg_stat_activity WHERE datname = %s", [database])
+                    ports = {int(port): int(pid) for pid, port in cursor.fetchall() if port is not None}
+                # Only a backend not yet kept is matched to its client's socket: the web's and the
+                # worker's connections last, so the sockets are read when one opens, not each sample.
+                new = {port: pid for port, pid in ports.items() if pid not in drivers and not census.knows(pid)}
+                groups = census.groups()
+                clients = {k: v for k, v in groups.items() if k in ("web", "worker", "beat", "launcher", "other")}
+                kinds = statement_log.clients_of(new, clients) if new else {}
+                census.keep_pids({pid: "driver" for pid in drivers})
+                census.keep_pids({pid: f"postgres ({kinds.get(pid, '?')})" for pid in new.values()})
                 return census.groups()
 
             def statements_of(since: datetime, until: datetime) -> None:
@@ -962,6 +974,11 @@ def main() -> int:
         "--statements",
         action="store_true",
         help="(c) counts the SQL statements of the drain by process, from the server's log (slows the server)",
+    )
+    parser.add_argument(
+        "--postgres-by-client",
+        action="store_true",
+        help="(c) splits PostgreSQL's CPU by the kind of process each backend serves (web, worker, beat)",
     )
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL", "").startswith("postgres") or not os.environ.get("REDIS_URL"):

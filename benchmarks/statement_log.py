@@ -40,6 +40,12 @@ def backends_by_process(connection: BaseDatabaseWrapper, processes: dict[str, li
     with connection.cursor() as cursor:
         cursor.execute("SELECT pid, client_port FROM pg_stat_activity WHERE datname = current_database()")
         ports = {int(port): int(pid) for pid, port in cursor.fetchall() if port is not None}
+    return clients_of(ports, processes)
+
+
+def clients_of(ports: dict[int, int], processes: dict[str, list[psutil.Process]]) -> dict[int, str]:
+    """Backend pid -> the kind of process whose socket has the backend's client port (`ports`:
+    client port -> backend pid, from pg_stat_activity); a backend no process claims is left out."""
     kinds: dict[int, str] = {}
     for kind, members in processes.items():
         for process in members:

@@ -159,3 +159,25 @@ def test_the_jobs_one_commit_evicts_are_routed_to_their_executors_in_one_read_ho
             return len(queries)
 
         assert queries_to_evict(running[:1]) == queries_to_evict(running) == 1
+
+
+def test_a_commits_admissions_on_agent_nodes_read_only_the_job_ids(settings: Any) -> None:
+    """The agent executor uses nothing of an admitted job but its id: the commit's read of the
+    jobs for it asks for that column alone, not the whole rows (the drain through agents)."""
+    from quotas.models import Node, NodeExecutor
+
+    clock = SimulatedClock(datetime(2025, 1, 1, tzinfo=UTC))
+    with use_clock(clock):
+        cluster = build_cluster()
+        Node.objects.update(executor=NodeExecutor.AGENT)
+        settings.SCHEDULER_TRIGGER = "none"
+        for number in range(N):
+            cluster.submit(f"job-{number}", gpus=1)
+        services.converge()  # placed on the agent nodes: what the commit hands the executor
+        admitted = list(Job.objects.filter(state=JobState.RUNNING).values_list("id", flat=True))
+        assert len(admitted) == N
+        with CaptureQueriesContext(connection) as queries:
+            get_executor().on_committed(admitted, [])
+        reads = [query["sql"] for query in queries if 'FROM "scheduling_job"' in query["sql"]]
+        assert len(reads) == 1
+        assert reads[0].startswith('SELECT "scheduling_job"."id" FROM "scheduling_job"')
