@@ -91,9 +91,9 @@ def write_reasons(
     takes only a batch written whole: the others go in a write of their own). Returns the rows
     the SQLite write is known to have written (PostgreSQL: 0, its rows being taken by version)."""
     if connection.vendor == "postgresql":
-        done = set(pending_reasons.write(rows))
+        done = pending_reasons.write_versions(rows)
         settled = [
-            (pk, version, version, code, message, position)
+            (pk, version, version, code, message, position, done[pk])
             for pk, _revision, code, message, position in rows
             if pk in done and (version := versions.get(pk)) is not None
         ]

@@ -217,9 +217,7 @@ def _decide_and_commit(
             if applied.decisions:
                 summary = {"kind": "cycle", **outcome.as_dict()}
                 transaction.on_commit(lambda: events.publish(summary))
-        snapshots.committed(
-            index.fence_generation + 1, rows_written=applied.reasons_read_again + len(applied.decisions)
-        )
+        snapshots.committed(rows_written=applied.reasons_read_again + len(applied.decisions))
         history.committed(index.fence_generation + 1)
     except _Refused as refusal:
         logger.warning("cycle with token %s refused: %s", lease.token, refusal.why)

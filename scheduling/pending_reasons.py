@@ -46,8 +46,14 @@ def write(rows: Sequence[ReasonRow]) -> list[int]:
     Returns the ids of the jobs written (SQLite: all of them, or none known). PostgreSQL: COPY
     into a temporary table and one merge (measured cheapest: unnest arrays cost the client 0.5 s
     more at S4); SQLite: one upsert statement for all rows."""
+    return list(write_versions(rows))
+
+
+def write_versions(rows: Sequence[ReasonRow]) -> dict[int, str]:
+    """`write`, with the version of each reason row written (PostgreSQL: its xmin and ctid, as a
+    snapshot's mark has them, scheduling.snapshot; SQLite: empty text)."""
     if not rows:
-        return []
+        return {}
     qn = connection.ops.quote_name
     table, jobs = qn(PendingReason._meta.db_table), qn(Job._meta.db_table)
     merge = (
@@ -70,10 +76,11 @@ def write(rows: Sequence[ReasonRow]) -> list[int]:
                 f"FROM pending_reason_in AS v JOIN {jobs} AS j ON j.{qn('id')} = v.id AND j.{qn('state')} = %s "
                 f"AND j.{qn('revision')} = v.revision"
             )
-            written = _into_empty(cursor, table, f"{insert} RETURNING o.{qn('job_id')}")
+            returning = f"RETURNING o.{qn('job_id')}, o.xmin::text || o.ctid::text"
+            written = _into_empty(cursor, table, f"{insert} {returning}")
             if written is None:
-                cursor.execute(f"{insert} {merge} RETURNING o.{qn('job_id')}", [JobState.PENDING])
-                written = [pk for (pk,) in cursor.fetchall()]
+                cursor.execute(f"{insert} {merge} {returning}", [JobState.PENDING])
+                written = dict(cursor.fetchall())
             cursor.execute("DROP TABLE pending_reason_in")  # within a longer transaction, the next commit's is new
             return written
         # `WHERE` before `ON CONFLICT`: SQLite's upsert after a SELECT needs it to parse. One
@@ -86,10 +93,10 @@ def write(rows: Sequence[ReasonRow]) -> list[int]:
                 for pk, revision, code, message, position in rows
             ],
         )
-        return [row[0] for row in rows] if cursor.rowcount == len(rows) else []
+        return {row[0]: "" for row in rows} if cursor.rowcount == len(rows) else {}
 
 
-def _into_empty(cursor: Any, table: str, insert: str) -> list[int] | None:
+def _into_empty(cursor: Any, table: str, insert: str) -> dict[int, str] | None:
     """The first write into an empty table (a fresh deployment's or seed's first cycle, 100,000
     reasons at S4) as a plain insert: `ON CONFLICT` checks each row's key speculatively first,
     0.1-0.15 s more at S4. None where the table has rows, or where a row arrived meanwhile (a
@@ -100,7 +107,7 @@ def _into_empty(cursor: Any, table: str, insert: str) -> list[int] | None:
     try:
         with transaction.atomic():  # a savepoint: a duplicate key undoes only this insert
             cursor.execute(insert, [JobState.PENDING])
-            return [pk for (pk,) in cursor.fetchall()]
+            return dict(cursor.fetchall())
     except IntegrityError:
         return None
 

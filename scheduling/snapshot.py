@@ -19,7 +19,7 @@ from django.db import connection
 from django.db.models.expressions import RawSQL
 
 from scheduling import engine, snapshot_moves
-from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, ReplicaPlacementRecord
+from scheduling.models import ACTIVE_STATES, HOLDING_STATES, Job, PendingReason, ReplicaPlacementRecord
 from scheduling.pending_reasons import with_shown_reason
 from scheduling.snapshot_rows import (
     _SEEN_AT,
@@ -71,20 +71,16 @@ class _Memory:
     """The active jobs of the last snapshot this process built, by job id.
 
     Most jobs are the same from one cycle to the next. A full read compares each row with what it
-    was (keyed by id and compared: hashing the 18-value key of each of S4's 150,000 jobs cost more
-    than the comparison) and rebuilds only what differs. A running worker's cycle reads less: on
-    PostgreSQL it asks only for the row versions of the active jobs, their workspaces and
-    placements (`_mark`) and reads in full only the jobs whose versions moved
-    (`_read_changed`). Any writer, the cycle's own commit, a service, a hand edit, makes a new row
-    version, so a change cannot hide from that comparison. Each snapshot replaces the whole map."""
+    was (keyed by id: hashing the 18-value key of each of S4's 150,000 jobs cost more) and rebuilds
+    only what differs. A running worker's cycle reads less: on PostgreSQL only the row versions of
+    the active jobs, their workspaces, reasons and placements (`_mark`), and in full the jobs whose
+    versions moved (`_read_changed`). Any writer (a commit of either worker process, a service, a
+    hand edit) makes new row versions: no change hides from that. Each snapshot replaces the map."""
 
     # The database, node names and quota names it was read with, and the jobs: one tuple assigned
     # at once (threads of a web process build snapshots side by side).
     read: tuple[tuple[Any, ...], dict[int, str], dict[int, str], dict[int, _Known]] = ((), {}, {}, {})
-    # Incremental reads since the last full one, and the fence generation this process's own last
-    # commit left (`committed`): any other generation means another writer moved the fence.
-    reads_since_full = 0
-    committed_generation: int | None = None
+    reads_since_full = 0  # incremental reads since the last full one
     # Job rows that commit wrote without handing their new versions here (`reasons_written`).
     rewritten = 0
 
@@ -92,13 +88,10 @@ class _Memory:
 _memory = _Memory()
 
 
-def committed(generation: int, *, rows_written: int) -> None:
-    """The cycle's commit moved the fence to `generation` over this process's last snapshot,
-    writing about `rows_written` job rows: the next cycle may read only what changed while the
-    fence still says so, and reads everything at once after a commit that rewrote most rows
-    (scheduling.cycle)."""
+def committed(*, rows_written: int) -> None:
+    """This process's commit wrote about `rows_written` job rows: after one that rewrote most rows
+    the next cycle reads everything at once (scheduling.cycle)."""
     _memory.rewritten = rows_written
-    _memory.committed_generation = generation
 
 
 def build_snapshot(now: datetime, *, incremental: bool = False) -> tuple[engine.Snapshot, SnapshotIndex]:
@@ -147,7 +140,6 @@ def _active_jobs(frame: NodesAndQuotas, *, incremental: bool) -> tuple[dict[int,
         incremental
         and connection.vendor == "postgresql"
         and same
-        and memory.committed_generation == frame.fence_generation
         and memory.reads_since_full < full_every
         and memory.rewritten * _MOSTLY <= len(before)
     ):
@@ -177,27 +169,32 @@ def _mark(table: str) -> str:
     return f"{table}.xmin::text || {table}.ctid::text"
 
 
+def _job_mark(job: str, workspace: str, reason: str) -> str:
+    """SQL for a job's mark: its row's, its workspace's and its pending reason's versions (without
+    the reason's, any commit but this process's own meant a full read: issue 25's drain, most)."""
+    return f"{_mark(job)} || ' ' || {_mark(workspace)} || ' ' || COALESCE({_mark(reason)}, '')"
+
+
 def _job_part(mark: str | None) -> str | None:
-    """The job row's own version in a job's mark (the workspace's follows it)."""
+    """The job row's own version in a job's mark (the others follow it)."""
     return None if mark is None else mark.split(" ", 1)[0]
 
 
-def reasons_written(written: list[tuple[int, str, str, str, str, int | None]]) -> None:
+def reasons_written(written: list[tuple[int, str, str, str, str, int | None, str]]) -> None:
     """After a commit: the pending jobs whose reason it wrote, each (id, the row's version before
-    and after: the same, the reasons having a table of their own, scheduling.pending_reasons;
-    reason code, message, position). The next snapshot takes them as they are now, not reading
-    them again; a row moved since has another version and is read."""
+    and after: the same, a reason having a table of its own; code, message, position; the reason
+    row's version as written). The next snapshot takes them as they are, not reading them again."""
     database, node_names, quota_names, known = _memory.read
     if not written or not known:
         return
     kept = dict(known)
-    for pk, before, version, code, message, position in written:
+    for pk, before, version, code, message, position, reason_mark in written:
         entry = kept.get(pk)
         if entry is None or entry.mark is None or entry.seen.version != before:
             continue  # this process has read the row since, or another version of it
         # Positionally, not `_replace` (a first cycle hands 100,000 reasons here at S4: 0.2 s less).
-        _was_mark, held_mark, was_row, quota, replicas, was, job = entry
-        mark = entry.mark if version == before else f"{version} {entry.mark.partition(' ')[2]}"
+        was_mark, held_mark, was_row, quota, replicas, was, job = entry
+        mark = f"{version} {was_mark.split(' ')[1]} {reason_mark}"  # the workspace's as it was
         row = (*was_row[: _SEEN_AT + 3], code, message, position, mark)  # the row as it is now
         seen = _new_tuple(JobSeen, (*was[:8], code, message, position, version))
         kept[pk] = _new_tuple(_Known, (mark, held_mark, row, quota, replicas, seen, job))
@@ -231,12 +228,14 @@ def reasons_written_here(
     _memory.read = (database, node_names, quota_names, kept)
 
 
-def _tables() -> tuple[str, str, str]:
-    """The job, workspace and placement tables, quoted."""
+def _tables() -> tuple[str, str, str, str]:
+    """The job, workspace, placement and pending reason tables, quoted."""
     qn = connection.ops.quote_name
     workspace = Job._meta.get_field("workspace").related_model
     assert workspace is not None and not isinstance(workspace, str)
-    return qn(Job._meta.db_table), qn(workspace._meta.db_table), qn(ReplicaPlacementRecord._meta.db_table)
+    models = (Job, workspace, ReplicaPlacementRecord, PendingReason)
+    job, workspaces, placement, reason = (qn(model._meta.db_table) for model in models)
+    return job, workspaces, placement, reason
 
 
 def _job_rows(ids: list[int] | None, *, moved: bool = False) -> list[tuple[Any, ...]]:
@@ -251,8 +250,9 @@ def _job_rows(ids: list[int] | None, *, moved: bool = False) -> list[tuple[Any, 
     jobs = with_shown_reason(jobs)
     if connection.vendor == "postgresql":
         # The workspace's name is among the engine columns: its row version belongs to the mark.
-        _job, workspace, _placement = _tables()
-        jobs = jobs.annotate(mark=RawSQL(f"{_mark(_job)} || ' ' || {_mark(workspace)}", ()))
+        _job, workspace, _placement, reason = _tables()
+        # The reason's table is joined by `with_shown_reason` (a LEFT OUTER JOIN, by its own name).
+        jobs = jobs.annotate(mark=RawSQL(_job_mark(_job, workspace, reason), ()))
         return raw_rows(jobs.values_list(*ENGINE_JOB_COLUMNS, *SEEN_JOB_COLUMNS, "mark"))
     return [(*row, None) for row in raw_rows(jobs.values_list(*ENGINE_JOB_COLUMNS, *SEEN_JOB_COLUMNS))]
 
@@ -401,11 +401,12 @@ def _read_changed(frame: NodesAndQuotas, before: dict[int, _Known]) -> tuple[dic
     """The active jobs from their row versions alone, reading in full only those whose version (or
     whose workspace's or placements') moved since `before`. None when a job moved again between
     the two reads: the caller reads everything."""
-    job, workspace, placement = _tables()
+    job, workspace, placement, reason = _tables()
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {job}.id, {_mark(job)} || ' ' || {_mark(workspace)} FROM {job} "
+            f"SELECT {job}.id, {_job_mark(job, workspace, reason)} FROM {job} "
             f"INNER JOIN {workspace} ON {workspace}.id = {job}.workspace_id "
+            f"LEFT OUTER JOIN {reason} ON {reason}.job_id = {job}.id "
             f"WHERE {job}.state = ANY(%s) ORDER BY {job}.submitted_at ASC, {job}.id ASC",
             [list(ACTIVE_STATES)],
         )

@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
+from scheduling import pending_reasons
 from scheduling import snapshot as snapshots
 from scheduling.clock import get_clock
 from scheduling.cycle import run_cycle
@@ -93,13 +94,18 @@ def test_placements_workspaces_and_new_or_gone_jobs_are_seen(busy: Cluster) -> N
     same_as_a_full_read(snapshot, index)
 
 
-def test_a_fence_moved_by_another_writer_or_enough_cycles_make_a_full_read(busy: Cluster, settings: Any) -> None:
+def test_a_fence_moved_by_another_writer_reads_no_more_but_enough_cycles_make_a_full_read(
+    busy: Cluster, settings: Any
+) -> None:
+    """Another writer's commit (a node edit's turn here; the worker's other process's cycle) moves
+    the fence: what it wrote moved row versions, so the next cycle still reads only those."""
     commit_turn()  # a node edit's turn: not this worker's commit
-    assert incremental()[1].jobs_read == 4
+    assert incremental()[1].jobs_read == 0
     run_cycle(trigger="test")
     settings.SCHEDULER_FULL_CYCLE_BEATS = 2
-    reads = [incremental()[1].jobs_read for _ in range(3)]
-    assert reads == [0, 0, 4]  # the safety net: a full read every SCHEDULER_FULL_CYCLE_BEATS reads
+    reads = [incremental()[1].jobs_read for _ in range(4)]
+    # The safety net: a full read every SCHEDULER_FULL_CYCLE_BEATS reads (two were read above).
+    assert reads == [4, 0, 0, 4]
 
 
 def test_renamed_quotas_and_nodes_make_a_full_read(busy: Cluster) -> None:
@@ -123,3 +129,24 @@ def test_the_reasons_a_commit_wrote_are_not_read_again(busy: Cluster) -> None:
     assert index.jobs_read == 0
     assert index.jobs[str(fourth.pk)].reason_message == fourth.shown_message
     same_as_a_full_read(snapshot, index)
+
+
+def test_reasons_another_process_wrote_are_read_by_the_next_cycle(busy: Cluster) -> None:
+    """A reason lives in a table of its own and moves no job row: its row's version is part of the
+    job's mark, so a reason written by the worker's other process (its commit, not this one's
+    memory) is read again, and only that job."""
+    second = Job.objects.get(pk=busy.jobs["second"].pk)
+    with transaction.atomic():  # as a commit writes them (the rows go through a temporary table)
+        written = pending_reasons.write_versions([(second.pk, second.revision, "quota", "from elsewhere", 7)])
+    assert list(written) == [second.pk] and written[second.pk]
+    snapshot, index = incremental()
+    assert index.jobs_read == 1
+    assert (index.jobs[str(second.pk)].reason_message, index.jobs[str(second.pk)].position) == (
+        "from elsewhere",
+        7,
+    )
+    same_as_a_full_read(snapshot, index)
+    # Written again by the other process: a new version, read again.
+    with transaction.atomic():
+        pending_reasons.write([(second.pk, second.revision, "quota", "and again", 8)])
+    assert incremental()[1].jobs_read == 1
