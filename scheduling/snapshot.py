@@ -193,8 +193,8 @@ def reasons_written(written: list[tuple[int, str, str, str, str, int | None, str
         if entry is None or entry.mark is None or entry.seen.version != before:
             continue  # this process has read the row since, or another version of it
         # Positionally, not `_replace` (a first cycle hands 100,000 reasons here at S4: 0.2 s less).
-        was_mark, held_mark, was_row, quota, replicas, was, job = entry
-        mark = f"{version} {was_mark.split(' ')[1]} {reason_mark}"  # the workspace's as it was
+        _was_mark, held_mark, was_row, quota, replicas, was, job = entry
+        mark = f"{version} {entry.mark.split(' ')[1]} {reason_mark}"  # the workspace's as it was
         row = (*was_row[: _SEEN_AT + 3], code, message, position, mark)  # the row as it is now
         seen = _new_tuple(JobSeen, (*was[:8], code, message, position, version))
         kept[pk] = _new_tuple(_Known, (mark, held_mark, row, quota, replicas, seen, job))
