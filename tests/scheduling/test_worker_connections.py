@@ -73,8 +73,9 @@ def served_by(queue: str, *, leave_cycle_lock_held: bool = False) -> int:
     app.send_task(
         "tests.scheduling.report_backend", args=[answer_key, leave_cycle_lock_held], queue=queue, ignore_result=True
     )
-    # Not the shared client: its 2 s socket timeout would end a wait on a loaded machine early.
-    answer = redis.Redis.from_url(settings.REDIS_URL).blpop([answer_key], timeout=60)
+    # A client whose socket waits as long as the BLPOP: the shared one times out after 2 s, and
+    # redis-py's own default (5 s) ended a full run's wait for the worker's first task early.
+    answer = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=75).blpop([answer_key], timeout=60)
     assert answer is not None, "the worker ran no task within 60 s"
     return int(answer[1])
 
