@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from gqc.agent import BEAT_JITTER, LOG_LINES_PER_BEAT, Agent, FakeGpus, beat_delay, command_line
+from tests.console.agent_exits import wait_exit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,22 +39,12 @@ def _start(replica: int, command: str) -> dict[str, Any]:
     return {"replica": replica, "job": 7, "command": command, "environment": {}, "gpus": [1], "fraction": 0.5}
 
 
-def _wait_exit(agent: Agent, replica: int) -> int:
-    for _ in range(100):
-        agent.watch()
-        code = agent.held[replica].exit_code
-        if code is not None:
-            return code
-        time.sleep(0.05)
-    raise AssertionError("no exit")
-
-
 def test_a_start_twice_runs_once_and_the_fraction_reaches_the_environment(tmp_path: Path) -> None:
     agent, _sent = _agent(tmp_path)
     command = 'echo "$CUDA_VISIBLE_DEVICES $GPU_QUOTA_FRACTION $GPU_QUOTA_MEMORY_MIB" >> out; exit 3'
     agent.start(_start(1, command))
     agent.start(_start(1, command))
-    assert _wait_exit(agent, 1) == 3
+    assert wait_exit(agent, 1) == 3
     assert (tmp_path / "out").read_text() == f"1 0.5 {FakeGpus.MEMORY_MIB // 2}\n"
 
 
@@ -63,7 +54,7 @@ def test_the_jobs_environment_reaches_the_process_under_the_agents_own(tmp_path:
     # The console refuses these names at submit; were one to arrive, the agent's value still wins.
     start["environment"] = {"EPOCHS": "3", "CUDA_VISIBLE_DEVICES": "0,1", "GPU_QUOTA_FRACTION": "1"}
     agent.start(start)
-    assert _wait_exit(agent, 1) == 0
+    assert wait_exit(agent, 1) == 0
     assert (tmp_path / "out").read_text() == "3|1|0.5\n"
 
 
@@ -71,7 +62,7 @@ def test_the_devices_are_numbered_as_nvml_numbers_them(tmp_path: Path) -> None:
     # CUDA's default order (fastest first) can differ from NVML's on a host of mixed GPUs.
     agent, _sent = _agent(tmp_path)
     agent.start(_start(1, 'echo "$CUDA_DEVICE_ORDER" >> out'))
-    assert _wait_exit(agent, 1) == 0
+    assert wait_exit(agent, 1) == 0
     assert (tmp_path / "out").read_text() == "PCI_BUS_ID\n"
 
 
@@ -92,7 +83,7 @@ def test_the_agent_registers_with_the_packages_version(tmp_path: Path) -> None:
 def test_the_log_shipped_per_beat_is_bounded(tmp_path: Path) -> None:
     agent, sent = _agent(tmp_path)
     agent.start(_start(2, f"seq 1 {LOG_LINES_PER_BEAT + 50}"))
-    _wait_exit(agent, 2)
+    wait_exit(agent, 2)
     agent.beat()
     (process,) = sent[-1]["processes"]
     assert process["state"] == "exited" and process["exit_code"] == 0
@@ -112,7 +103,7 @@ def test_a_stop_keeps_its_first_deadline_then_kills(tmp_path: Path) -> None:
     first = agent.held[3].stop_deadline
     agent.stop({"replica": 3, "grace_seconds": 60})
     assert agent.held[3].stop_deadline == first
-    assert _wait_exit(agent, 3) == -signal.SIGKILL
+    assert wait_exit(agent, 3) == -signal.SIGKILL
 
 
 def test_manage_py_agent_needs_no_database(tmp_path: Path) -> None:
@@ -206,7 +197,7 @@ def test_a_restart_reports_the_wrappers_code_and_one_beat_forgets_all_its_exits(
     agent, _sent = _agent(tmp_path)
     for replica, code in ((1, 3), (2, 0), (3, 7)):
         agent.start(_start(replica, f"exit {code}"))
-    assert [_wait_exit(agent, replica) for replica in (1, 2, 3)] == [3, 0, 7]
+    assert [wait_exit(agent, replica) for replica in (1, 2, 3)] == [3, 0, 7]
     assert json.loads((tmp_path / "replicas" / "1.json").read_text())["exit_code"] is None
     restarted, _sent = _agent(tmp_path)
     report = {p["replica"]: (p["state"], p.get("exit_code")) for p in restarted.report()[0]["processes"]}

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from gqc.agent import Agent, FakeGpus
+from tests.console.agent_exits import wait_exit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,17 +32,6 @@ def _start(replica: int, command: str) -> dict[str, Any]:
     return {"replica": replica, "job": 7, "command": command, "environment": {}, "gpus": [0], "fraction": 1.0}
 
 
-def _wait_exit(agent: Agent, replica: int, seconds: float = 10.0) -> int:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        agent.watch()
-        code = agent.held[replica].exit_code
-        if code is not None:
-            return code
-        time.sleep(0.02)
-    raise AssertionError("no exit")
-
-
 def _log(tmp_path: Path, replica: int) -> str:
     return (tmp_path / "logs" / f"7-{replica}.log").read_text()
 
@@ -49,7 +39,7 @@ def _log(tmp_path: Path, replica: int) -> str:
 def test_the_command_sees_sh_no_arguments_and_the_recorded_pid_as_its_shells(tmp_path: Path) -> None:
     agent = _agent(tmp_path)
     agent.start(_start(1, 'echo "$0|$#|$1|$$|$(pwd)"; exit 3'))
-    assert _wait_exit(agent, 1) == 3
+    assert wait_exit(agent, 1) == 3
     # `$$` is the pid the console is told (the session leader, the process group's id); the
     # wrapper's own file is not among the command's parameters.
     assert _log(tmp_path, 1) == f"sh|0||{agent.held[1].pid}|{tmp_path}\n"
@@ -59,10 +49,10 @@ def test_the_shells_own_messages_read_as_under_sh_c(tmp_path: Path) -> None:
     agent = _agent(tmp_path)
     agent.start(_start(1, "nosuchcmd"))
     agent.start(_start(2, "true\nif then"))
-    assert _wait_exit(agent, 1) == 127
+    assert wait_exit(agent, 1) == 127
     assert _log(tmp_path, 1) == "sh: 1: nosuchcmd: not found\n"
     # A command that does not parse runs nothing; sh's code for it, 2, as the agent reaped it.
-    assert _wait_exit(agent, 2) == 2
+    assert wait_exit(agent, 2) == 2
     assert _log(tmp_path, 2) == 'sh: 2: Syntax error: "then" unexpected\n'
 
 
@@ -73,8 +63,8 @@ def test_a_stop_reaches_the_command_and_the_wrapper_waits_for_its_end(tmp_path: 
     time.sleep(0.3)
     for replica in (1, 2):
         agent.stop({"replica": replica, "grace_seconds": 10})
-    assert _wait_exit(agent, 1) == 128 + 15  # sh's convention for a command ended by SIGTERM
-    assert _wait_exit(agent, 2) == 5
+    assert wait_exit(agent, 1) == 128 + 15  # sh's convention for a command ended by SIGTERM
+    assert wait_exit(agent, 2) == 5
     assert _log(tmp_path, 2) == "cleaned\n"
     assert (tmp_path / "replicas" / "2.exit").read_text() == "5\n"
 
@@ -84,7 +74,7 @@ def test_an_agent_restarted_while_the_job_runs_reads_its_code(tmp_path: Path) ->
     first.start(_start(1, "sleep 0.5; exit 4"))
     restarted = _agent(tmp_path)  # adopts it: not its child, so it learns the end from /proc
     assert restarted.held[1].exit_code is None and 1 not in restarted.children
-    assert _wait_exit(restarted, 1) == 4
+    assert wait_exit(restarted, 1) == 4
     os.waitpid(first.held[1].pid, 0)  # the first agent's zombie, reaped for the test's tidiness
 
 
@@ -92,7 +82,7 @@ def test_the_command_starts_with_sigpipe_at_its_default(tmp_path: Path) -> None:
     # Python ignores SIGPIPE (and SIGXFSZ) in the agent; a job's `yes | head` must end by it as in a shell.
     agent = _agent(tmp_path)
     agent.start(_start(1, "sed -n 's/^SigIgn:\t//p' /proc/self/status; yes | head -n 1"))
-    assert _wait_exit(agent, 1) == 0
+    assert wait_exit(agent, 1) == 0
     ignored, head = _log(tmp_path, 1).splitlines()
     assert int(ignored, 16) & (1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)) == 0
     assert head == "y"
@@ -102,7 +92,7 @@ def test_the_state_and_exit_files_of_forgotten_replicas_are_used_again(tmp_path:
     agent = _agent(tmp_path)
     for replica in (1, 2):
         agent.start(_start(replica, f"exit {replica}"))
-    assert [_wait_exit(agent, replica) for replica in (1, 2)] == [1, 2]
+    assert [wait_exit(agent, replica) for replica in (1, 2)] == [1, 2]
     agent.beat()  # reported; the console has them: forgotten
     replicas = tmp_path / "replicas"
     assert sorted(p.name for p in replicas.iterdir()) == [
@@ -117,7 +107,7 @@ def test_the_state_and_exit_files_of_forgotten_replicas_are_used_again(tmp_path:
     state, code = replicas / "3.json", replicas / "3.exit"
     assert {state.stat().st_ino, code.stat().st_ino} <= inodes  # renamed spares, no new files
     assert code.read_text() == ""  # no record until the wrapper writes one
-    assert _wait_exit(agent, 3) == 6
+    assert wait_exit(agent, 3) == 6
     assert len(list(replicas.glob("*.spare"))) == 2
     # A restarted agent finds the spares and adopts none of them as a replica.
     restarted = _agent(tmp_path)
