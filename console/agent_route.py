@@ -15,8 +15,9 @@ A beat is idempotent (AGENT.md), so a beat that failed here may safely run there
 that freed devices is answered once the cycle it asked for has placed on its node
 (console.agent_holds): held without a thread, then answered anew.
 
-Each thread keeps its own database connection between beats and is told a request started and
-finished, as Django tells its own (`close_old_connections` and the rest run as for any request).
+Each beat on its thread is told a request started and finished, as Django tells its own
+(`close_old_connections` and the rest run as for any request): with the connection pool, a beat
+takes a connection from the pool and gives it back at its end, as a page does.
 """
 
 from __future__ import annotations

@@ -332,7 +332,7 @@ def accept_beat(body: Any) -> tuple[str, list[agent_services.ProcessReport], lis
     """A well-formed beat, read without DRF (the serializer cost more than the beat itself), or
     None when anything in it is doubtful. Then AgentHeartbeatSerializer reads it and answers the
     400 in its own words: this only ever accepts what the serializer accepts, with the same values
-    (tests/scheduling/test_agent_beat_parsing.py compares the two on every kind of body)."""
+    (tests/scheduling/test_agent_beat.py compares the two on every kind of body)."""
     if type(body) is not dict:
         return None
     node, processes, samples = body.get("node"), body.get("processes"), body.get("samples", [])
