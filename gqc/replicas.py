@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from gqc.replica_process import read_small
+
 # What one beat ships per process, within the console's bounds (quotas.bounds AGENT_*).
 LOG_LINES_PER_BEAT = 200
 LOG_LINE_MAX_LENGTH = 2_000
@@ -36,15 +38,9 @@ class Replica:
 def _stat_fields(pid: int) -> list[str] | None:
     """/proc/PID/stat's fields from the third (the state) on, or None when there is no such process."""
     try:
-        descriptor = os.open(f"/proc/{pid}/stat", os.O_RDONLY)  # one read, without open()'s layers
+        stat = read_small(f"/proc/{pid}/stat")
     except OSError:
         return None
-    try:
-        stat = os.read(descriptor, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(descriptor)
     # The command name (field 2) may hold spaces and parentheses: count from the last ')'.
     return stat[stat.rindex(b")") + 2 :].decode().split()
 
